@@ -1,0 +1,3 @@
+from opscope.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Command-line entry point.
+
+Each sub-command lives in ``opscope/commands/<name>.py`` and exposes
+``register(subparsers)`` (adds its parser and sets ``func``).  The CLI finds them
+by listing that package, so adding a command never means editing this file.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from opscope import __version__, commands
+from opscope.errors import EXIT_INTERNAL, UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opscope",
+        description="Find what will break or be slow when porting a PyTorch job to Ascend NPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"opscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"opscope.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"opscope: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("opscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in opscope: keep the traceback for the bug report
+        import traceback
+        traceback.print_exc()
+        print(f"opscope: internal error: {exc!r} (please report this with the traceback above)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

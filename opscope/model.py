@@ -1,0 +1,220 @@
+"""The one data model every part of opscope speaks.
+
+Capture and the parsers produce these objects; analysis functions read them and
+return new ones; reporters only read them.  Everything is a plain dataclass that
+round-trips through JSON (``to_dict``/``from_dict``), because ``scan.json`` is the
+contract between a scan and every later command (report, diff, verify).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SCAN_SCHEMA = "opscope.scan/1"
+
+PHASES = ("forward", "backward", "optimizer", "other")
+VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
+CAUSES = ("input-varies", "data-dependent-output", "host-sync")
+
+
+def _clean(value: Any) -> Any:
+    """Make a value JSON-safe (tuples -> lists, dataclasses -> dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict:
+        return _clean(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class OpCall(_Record):
+    """One operator invocation as recorded by a profiler (or parsed from a trace).
+
+    ``parent`` is the name of the enclosing operator (None at top level, i.e. called
+    from Python); ``source`` is ``file:line`` of the first frame in the user's code.
+    ``origin`` is ``file:line`` of the line that produced the tensor whose shape this
+    call inherits (used to find dynamic-shape root causes).
+    """
+    name: str
+    overload: str | None = None
+    input_shapes: list = field(default_factory=list)
+    dtypes: list = field(default_factory=list)
+    scalars: list = field(default_factory=list)
+    output_shapes: list | None = None
+    self_time_us: float = 0.0
+    total_time_us: float = 0.0
+    device_time_us: float = 0.0
+    phase: str = "other"
+    parent: str | None = None
+    source: str | None = None
+    origin: str | None = None
+    origin_cause: str | None = None
+    step: int = 0
+    thread: int = 0
+    seq_nr: int = -1
+    start_us: float = 0.0
+    children: list = field(default_factory=list)
+    device: str = "cpu"
+
+    def signature(self) -> tuple:
+        return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@dataclass
+class Step(_Record):
+    """Summary of one training step (one optimizer step, or another marker)."""
+    index: int
+    duration_us: float = 0.0
+    op_calls: int = 0
+    phase_time_us: dict = field(default_factory=dict)
+    complete: bool = True
+
+
+@dataclass
+class Operator(_Record):
+    """One distinct operator signature (name, overload, input shapes, dtypes) across a run."""
+    name: str
+    overload: str | None = None
+    input_shapes: list = field(default_factory=list)
+    dtypes: list = field(default_factory=list)
+    scalars: list = field(default_factory=list)
+    output_shapes: list | None = None
+    calls: int = 0
+    self_time_us: float = 0.0
+    total_time_us: float = 0.0
+    device_time_us: float = 0.0
+    phase: str = "other"
+    phases: list = field(default_factory=list)
+    source: str | None = None
+    sources: list = field(default_factory=list)
+    parent: str | None = None
+    top_level: bool = True
+    children: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    dynamic: bool = False
+    verdict: str | None = None
+    evidence: dict = field(default_factory=dict)
+    substitute: dict | None = None
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.name}.{self.overload}" if self.overload else self.name
+
+
+@dataclass
+class DynamicShape(_Record):
+    """An operator whose input shapes in a later step were not seen in the first step."""
+    op: str
+    source: str | None
+    cause: str
+    varying_dims: list = field(default_factory=list)
+    shapes_per_step: dict = field(default_factory=dict)
+    root_cause: str | None = None
+    suggestion: str = ""
+
+
+@dataclass
+class RootCause(_Record):
+    """A user source line that makes downstream operators dynamic: what to fix."""
+    source: str | None
+    cause: str
+    ops: list = field(default_factory=list)
+    varying_dims: list = field(default_factory=list)
+    suggestion: str = ""
+    evidence: str = ""
+
+
+@dataclass
+class Finding(_Record):
+    """A CUDA-specific API use: found in the source (static) or remapped at run time."""
+    rule: str
+    file: str | None
+    line: int | None
+    api: str
+    message: str
+    replacement: str | None = None
+    severity: str = "warning"
+    column: int | None = None
+    snippet: str | None = None
+    origin: str = "static"  # "static" | "runtime"
+    count: int = 1
+
+
+@dataclass
+class Profile(_Record):
+    """Operator calls of one run, whatever produced them (opscope capture or a parser)."""
+    calls: list = field(default_factory=list)          # list[OpCall]
+    steps: list = field(default_factory=list)          # list[Step]
+    device: str = "cpu"
+    source_format: str = "opscope"
+    path: str | None = None
+    rank: int | None = None
+    metadata: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        prof = super().from_dict(data)
+        prof.calls = [c if isinstance(c, OpCall) else OpCall.from_dict(c) for c in prof.calls]
+        prof.steps = [s if isinstance(s, Step) else Step.from_dict(s) for s in prof.steps]
+        return prof
+
+
+@dataclass
+class ScanResult(_Record):
+    """Everything ``opscope scan`` learned about a run; serialised as ``scan.json``."""
+    script: str | None = None
+    argv: list = field(default_factory=list)
+    device: str = "cpu"
+    torch_version: str = ""
+    complete: bool = False
+    incomplete_reason: str | None = None
+    schema: str = SCAN_SCHEMA
+    tool_version: str = ""
+    python_version: str = ""
+    platform: str = ""
+    cwd: str | None = None
+    started_at: str | None = None
+    duration_s: float = 0.0
+    settings: dict = field(default_factory=dict)
+    exit: dict = field(default_factory=dict)
+    steps: list = field(default_factory=list)            # list[Step]
+    operators: list = field(default_factory=list)        # list[Operator]
+    dynamic_shapes: list = field(default_factory=list)   # list[DynamicShape]
+    root_causes: list = field(default_factory=list)      # list[RootCause]
+    findings: list = field(default_factory=list)         # list[Finding]
+    summary: dict = field(default_factory=dict)
+    target: dict = field(default_factory=dict)
+    traces: list = field(default_factory=list)
+    verification: dict | None = None
+    notes: list = field(default_factory=list)
+
+    _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
+               "root_causes": RootCause, "findings": Finding}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        res = super().from_dict(data)
+        for name, kind in cls._NESTED.items():
+            setattr(res, name, [x if isinstance(x, kind) else kind.from_dict(x) for x in getattr(res, name)])
+        return res

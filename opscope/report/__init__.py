@@ -1,0 +1,1 @@
+"""opscope.report"""
