@@ -1,0 +1,1 @@
+"""opscope.replay: run captured operators again on a device (verification)."""
