@@ -1,0 +1,130 @@
+"""Render the self-contained HTML readiness report from a ScanResult.
+
+One file, no network: CSS and JS are inlined, charts are base64 SVG.  Jinja2
+autoescape covers every server-rendered string; the operators table travels as a
+JSON blob whose ``<``, ``>`` and ``&`` are \\u-escaped, so a ``</script>`` inside an
+operator name or path can neither close the script element nor run.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from opscope.model import VERDICTS, ScanResult
+from opscope.report import view
+from opscope.resources import templates_dir
+
+TEMPLATE = "report.html.j2"
+
+# Columns of the operators table: key, title, numeric (sorts as numbers), searchable.
+COLUMNS = [
+    {"key": "name", "title": "operator", "cls": "mono wrap", "search": True},
+    {"key": "verdict", "title": "verdict", "search": True},
+    {"key": "calls", "title": "calls", "numeric": True, "cls": "num"},
+    {"key": "shapes", "title": "input shapes", "cls": "mono wrap", "search": True},
+    {"key": "dtypes", "title": "dtypes", "cls": "mono wrap", "search": True},
+    {"key": "time_ms", "title": "time ms", "numeric": True, "cls": "num"},
+    {"key": "share", "title": "time share", "numeric": True, "cls": "num"},
+    {"key": "phase", "title": "phase", "search": True},
+    {"key": "source", "title": "source", "cls": "mono", "search": True},
+    {"key": "evidence", "title": "evidence", "cls": "wrap", "search": True},
+    {"key": "substitute", "title": "substitute", "cls": "wrap", "search": True},
+]
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined)
+
+
+def _asset(name: str):
+    from markupsafe import Markup
+    return Markup((templates_dir() / name).read_text(encoding="utf-8"))
+
+
+def script_safe_json(data) -> "Markup":
+    """JSON that can sit inside <script>: no character of it can end the element."""
+    from markupsafe import Markup
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return Markup(text)
+
+
+def _ops_payload(rows: list[view.OperatorRow]) -> dict:
+    data = [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, round(r.time_us / 1000, 4),
+             round(r.share, 6), r.phase, r.source, r.evidence, r.substitute] for r in rows]
+    columns = [{k: c.get(k) for k in ("key", "numeric", "cls", "search") if c.get(k)} for c in COLUMNS]
+    return {"columns": columns, "rows": data}
+
+
+def _score_class(score) -> str:
+    if score is None:
+        return ""
+    return "score-good" if score >= 80 else "score-mid" if score >= 50 else "score-bad"
+
+
+def build_context(result: ScanResult, charts: dict | None = None) -> dict:
+    """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
+    from opscope.report import charts as chart_module
+
+    rows = view.operator_rows(result)
+    counts = view.verdict_counts(result)
+    shares = view.verdict_time_share(result)
+    score = view.readiness_score(result)
+    if charts is None:
+        charts = chart_module.all_charts(result)
+    chart_titles = {"time_by_verdict": "Time by verdict", "top_operators": "Top operators by time",
+                    "dynamic_shapes": "Shapes per step of dynamic operators"}
+    fixes = view.top_fixes(result)
+    return {
+        "script_name": Path(result.script).name if result.script else "unknown script",
+        "tool_version": result.tool_version or "",
+        "complete": bool(result.complete),
+        "incomplete_reason": result.incomplete_reason or (result.exit or {}).get("kind") or view.NA,
+        "score_text": f"{score:.0f}" if score is not None else view.NA,
+        "score_class": _score_class(score),
+        "operator_count": len(result.operators),
+        "blocking_count": sum(counts.get(v, 0) for v in view.BLOCKING),
+        "dynamic_count": len(result.dynamic_shapes),
+        "finding_count": len(result.findings),
+        "target": view.target_text(result),
+        "verdicts": [{"name": v, "count": counts.get(v, 0), "share": view.fmt_percent(shares.get(v))}
+                     for v in VERDICTS],
+        "metadata": view.scan_metadata(result),
+        "notes": [str(n) for n in result.notes or []],
+        "fixes": [{"kind": f.kind, "what": f.what, "where": f.where, "fix": f.fix, "severity": f.severity,
+                   "share_text": view.fmt_percent(f.share) if f.share is not None else "—"} for f in fixes],
+        "charts": [(chart_titles[k], uri) for k, uri in charts.items() if uri],
+        "columns": COLUMNS,
+        "ops_json": script_safe_json(_ops_payload(rows)),
+        "root_causes": [{"source": rc.source or view.NA, "cause": rc.cause, "dims": view.fmt_dims(rc.varying_dims),
+                         "ops": ", ".join(str(o) for o in rc.ops or []), "suggestion": rc.suggestion,
+                         "evidence": rc.evidence} for rc in result.root_causes],
+        "dynamic_shapes": [{"op": ds.op, "source": ds.source or view.NA, "cause": ds.cause,
+                            "dims": view.fmt_dims(ds.varying_dims), "root_cause": ds.root_cause or view.NA,
+                            "suggestion": ds.suggestion} for ds in result.dynamic_shapes],
+        "findings": [{"severity": f.severity or "warning",
+                      "where": f"{f.file}:{f.line}" if f.file and f.line else (f.file or view.NA),
+                      "api": f.api, "origin": f.origin, "count": int(f.count or 1),
+                      "replacement": f.replacement or "", "message": f.message, "snippet": f.snippet}
+                     for f in result.findings],
+        "css": _asset("report.css"),
+        "js": _asset("report.js"),
+    }
+
+
+def render_html(result: ScanResult, charts: dict | None = None) -> str:
+    """The report as one HTML string (pass ``charts={}`` to skip matplotlib)."""
+    return _environment().get_template(TEMPLATE).render(**build_context(result, charts))
+
+
+def write_html(result: ScanResult, path: Path, charts: dict | None = None) -> Path:
+    path = Path(path)
+    path.write_text(render_html(result, charts), encoding="utf-8")
+    return path

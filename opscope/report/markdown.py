@@ -1,0 +1,82 @@
+"""A Markdown summary of a scan, for pull requests, issues and chat.
+
+Short on purpose: the summary, the top fixes, the operators that need work,
+dynamic-shape root causes and CUDA API findings.  The full table is in the HTML
+and XLSX reports.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.model import VERDICTS, ScanResult
+from opscope.report import view
+
+MAX_ROWS = 50
+
+
+def _cell(value) -> str:
+    """Text safe inside a Markdown table cell (no pipes, no newlines, no raw HTML)."""
+    text = "" if value is None else str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _table(headers: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(result: ScanResult) -> str:
+    score = view.readiness_score(result)
+    counts = view.verdict_counts(result)
+    shares = view.verdict_time_share(result)
+    name = Path(result.script).name if result.script else "unknown script"
+    out = [f"# NPU readiness: {_cell(name)}", ""]
+    out.append(f"**Readiness score:** {view.NA if score is None else f'{score:.0f}/100'} · "
+               f"**target:** {_cell(view.target_text(result))} · "
+               f"**operator signatures:** {len(result.operators)}")
+    if not result.complete:
+        out += ["", f"> **Incomplete scan:** {_cell(result.incomplete_reason or view.NA)}"]
+    out += ["", "## Verdicts", ""]
+    out += _table(["verdict", "signatures", "time share"],
+                  [[v, counts.get(v, 0), view.fmt_percent(shares.get(v))] for v in VERDICTS])
+    out += ["", "## Scan", ""] + _table(["", ""], [list(item) for item in view.scan_metadata(result)])
+
+    fixes = view.top_fixes(result)
+    out += ["", "## Top things to fix", ""]
+    if fixes:
+        out += _table(["#", "kind", "what", "where", "time affected", "fix"],
+                      [[i, f.kind, f.what, f.where, view.fmt_percent(f.share) if f.share is not None else "—", f.fix]
+                       for i, f in enumerate(fixes, start=1)])
+    else:
+        out.append("Nothing to fix.")
+
+    blocking = view.not_supported_rows(view.operator_rows(result))
+    out += ["", f"## Operators that need work ({len(blocking)})", ""]
+    if blocking:
+        out += _table(["operator", "verdict", "calls", "input shapes", "time share", "source", "substitute"],
+                      [[r.name, r.verdict, r.calls, r.shapes, view.fmt_percent(r.share), r.source, r.substitute]
+                       for r in blocking[:MAX_ROWS]])
+        if len(blocking) > MAX_ROWS:
+            out.append(f"\n… and {len(blocking) - MAX_ROWS} more (see report.html / report.xlsx).")
+    else:
+        out.append("None.")
+
+    if result.root_causes:
+        out += ["", "## Dynamic shapes: lines to fix", ""]
+        out += _table(["source line", "cause", "varying dims", "affected ops", "suggested fix"],
+                      [[rc.source, rc.cause, view.fmt_dims(rc.varying_dims), ", ".join(map(str, rc.ops or [])),
+                        rc.suggestion] for rc in result.root_causes])
+    if result.findings:
+        out += ["", "## CUDA-specific APIs", ""]
+        out += _table(["severity", "location", "API", "replacement"],
+                      [[f.severity, f"{f.file}:{f.line}" if f.file else view.NA, f.api, f.replacement or ""]
+                       for f in result.findings[:MAX_ROWS]])
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(result: ScanResult, path: Path) -> Path:
+    path = Path(path)
+    path.write_text(render_markdown(result), encoding="utf-8")
+    return path

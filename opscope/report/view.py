@@ -1,0 +1,276 @@
+"""Turn a ScanResult into plain rows and figures every reporter shows the same way.
+
+HTML, XLSX and Markdown must agree on what "time share" or "top fix" means, so the
+arithmetic lives here once.  Everything is defensive: a scan.json written by an
+older or partial scan (no verdicts yet, no summary) still renders, with "n/a".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opscope.model import VERDICTS, Operator, ScanResult
+
+NA = "n/a"
+BLOCKING = ("cpu-fallback", "unsupported", "unknown")
+
+# One colour per verdict, shared by the HTML badges, the XLSX fills and the charts.
+VERDICT_COLOURS = {
+    "native": "#2e7d32",
+    "composite": "#00838f",
+    "cpu-fallback": "#ef6c00",
+    "unsupported": "#c62828",
+    "not-applicable": "#757575",
+    "unknown": "#6a1b9a",
+}
+VERDICT_FILLS = {  # light backgrounds for spreadsheet cells
+    "native": "C8E6C9",
+    "composite": "B2EBF2",
+    "cpu-fallback": "FFE0B2",
+    "unsupported": "FFCDD2",
+    "not-applicable": "E0E0E0",
+    "unknown": "E1BEE7",
+}
+
+
+def verdict_of(op: Operator) -> str:
+    """An operator's verdict, 'unknown' when the verdict engine has not run."""
+    return op.verdict if op.verdict in VERDICTS else "unknown"
+
+
+def op_time_us(op: Operator) -> float:
+    """Time an operator costs: device time where measured, else host self time.
+
+    Self time (not total) so nested operators are never counted twice.
+    """
+    return float(op.device_time_us or 0.0) or float(op.self_time_us or 0.0)
+
+
+def total_time_us(result: ScanResult) -> float:
+    return sum(op_time_us(op) for op in result.operators)
+
+
+def fmt_shapes(shapes) -> str:
+    if not shapes:
+        return ""
+    return ", ".join("[" + ", ".join(str(d) for d in s) + "]" if isinstance(s, (list, tuple)) else str(s)
+                     for s in shapes)
+
+
+def fmt_dtypes(dtypes) -> str:
+    return ", ".join(str(d) if d not in (None, "") else "None" for d in (dtypes or []))
+
+
+def fmt_evidence(evidence) -> str:
+    """One line saying why a verdict was given (list, version, rule, decomposition path)."""
+    if not evidence:
+        return ""
+    if not isinstance(evidence, dict):
+        return str(evidence)
+    parts = []
+    if evidence.get("list"):
+        version = evidence.get("version")
+        parts.append(f"{evidence['list']}" + (f" {version}" if version else ""))
+    if evidence.get("rule"):
+        parts.append(str(evidence["rule"]))
+    path = evidence.get("path")
+    if path:
+        parts.append(" -> ".join(str(p) for p in path) if isinstance(path, (list, tuple)) else str(path))
+    extra = [f"{k}: {v}" for k, v in evidence.items() if k not in ("list", "version", "rule", "path") and v]
+    return "; ".join(parts + extra)
+
+
+def fmt_substitute(substitute) -> str:
+    if not substitute:
+        return ""
+    if not isinstance(substitute, dict):
+        return str(substitute)
+    text = str(substitute.get("replacement") or "")
+    if substitute.get("rationale"):
+        text = f"{text} ({substitute['rationale']})" if text else str(substitute["rationale"])
+    return text
+
+
+def fmt_dims(varying_dims) -> str:
+    """`arg0.dim0: 32, 8` for each varying dimension."""
+    parts = []
+    for d in varying_dims or []:
+        if isinstance(d, dict):
+            values = ", ".join(str(v) for v in d.get("values", []) or [])
+            parts.append(f"arg{d.get('arg', '?')}.dim{d.get('dim', '?')}: {values}")
+        else:
+            parts.append(str(d))
+    return "; ".join(parts)
+
+
+def fmt_percent(share) -> str:
+    return NA if share is None else f"{share * 100:.1f}%"
+
+
+@dataclass
+class OperatorRow:
+    """One operator signature as every table shows it."""
+    name: str
+    verdict: str
+    calls: int
+    shapes: str
+    dtypes: str
+    time_us: float
+    share: float
+    phase: str
+    source: str
+    evidence: str
+    substitute: str
+    dynamic: bool
+
+
+def operator_rows(result: ScanResult) -> list[OperatorRow]:
+    """Operator rows, most expensive first."""
+    total = total_time_us(result) or 0.0
+    rows = []
+    for op in result.operators:
+        t = op_time_us(op)
+        rows.append(OperatorRow(
+            name=op.qualified_name, verdict=verdict_of(op), calls=int(op.calls or 0),
+            shapes=fmt_shapes(op.input_shapes), dtypes=fmt_dtypes(op.dtypes), time_us=t,
+            share=(t / total) if total else 0.0, phase=op.phase or "",
+            source=op.source or "", evidence=fmt_evidence(op.evidence),
+            substitute=fmt_substitute(op.substitute), dynamic=bool(op.dynamic)))
+    rows.sort(key=lambda r: (-r.time_us, r.name))
+    return rows
+
+
+def verdict_counts(result: ScanResult) -> dict[str, int]:
+    """Operator signatures per verdict: from the summary when present, else counted."""
+    summary = result.summary or {}
+    for key in ("verdict_counts", "counts", "verdicts"):
+        given = summary.get(key)
+        if isinstance(given, dict) and given:
+            return {v: int(given.get(v, 0) or 0) for v in VERDICTS}
+    counts = {v: 0 for v in VERDICTS}
+    for op in result.operators:
+        counts[verdict_of(op)] += 1
+    return counts
+
+
+def verdict_time_share(result: ScanResult) -> dict[str, float]:
+    """Share (0..1) of measured operator time per verdict."""
+    summary = result.summary or {}
+    for key in ("time_share", "verdict_time_share", "time_share_by_verdict"):
+        given = summary.get(key)
+        if isinstance(given, dict) and given:
+            try:
+                return {v: float(given.get(v, 0.0) or 0.0) for v in VERDICTS}
+            except (TypeError, ValueError):
+                break
+    total = total_time_us(result)
+    shares = {v: 0.0 for v in VERDICTS}
+    if total:
+        for op in result.operators:
+            shares[verdict_of(op)] += op_time_us(op) / total
+    return shares
+
+
+def readiness_score(result: ScanResult):
+    score = (result.summary or {}).get("readiness_score")
+    return score if isinstance(score, (int, float)) else None
+
+
+@dataclass
+class Fix:
+    """One thing to fix before porting, with the share of time it affects."""
+    kind: str           # "operator" | "dynamic shape" | "CUDA API"
+    what: str
+    where: str
+    share: float | None
+    fix: str
+    severity: str = "warning"
+    ops: list = field(default_factory=list)
+
+
+def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
+    """Blocking operators, dynamic-shape root causes and CUDA-only APIs, biggest impact first.
+
+    Impact is the share of measured time affected; errors that stop the port outright
+    (unsupported operators, error-level findings) come before slow paths of equal share.
+    """
+    total = total_time_us(result)
+    fixes: list[Fix] = []
+
+    by_name: dict[str, dict] = {}
+    for op in result.operators:
+        verdict = verdict_of(op)
+        if verdict not in BLOCKING:
+            continue
+        entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": ""})
+        entry["time"] += op_time_us(op)
+        entry["verdicts"].add(verdict)
+        if op.source and op.source not in entry["sources"]:
+            entry["sources"].append(op.source)
+        entry["sub"] = entry["sub"] or fmt_substitute(op.substitute)
+    for name, entry in by_name.items():
+        worst = next(v for v in ("unsupported", "cpu-fallback", "unknown") if v in entry["verdicts"])
+        fixes.append(Fix(
+            kind="operator", what=f"{name} ({worst})", where=", ".join(entry["sources"][:3]),
+            share=entry["time"] / total if total else None,
+            fix=entry["sub"] or ("check support or replace the call" if worst != "cpu-fallback"
+                                 else "runs on the host CPU: replace or move off the hot path"),
+            severity="error" if worst == "unsupported" else "warning", ops=[name]))
+
+    op_time_by_name: dict[str, float] = {}
+    for op in result.operators:
+        op_time_by_name[op.name] = op_time_by_name.get(op.name, 0.0) + op_time_us(op)
+    for rc in result.root_causes:
+        affected = sum(op_time_by_name.get(name, 0.0) for name in rc.ops or [])
+        fixes.append(Fix(
+            kind="dynamic shape", what=f"{rc.cause}: {len(rc.ops or [])} ops get changing shapes",
+            where=rc.source or "", share=affected / total if total else None,
+            fix=rc.suggestion or "make the shape fixed (pad, drop_last=True)", ops=list(rc.ops or [])))
+
+    for finding in result.findings:
+        where = f"{finding.file}:{finding.line}" if finding.file else ""
+        fixes.append(Fix(
+            kind="CUDA API", what=finding.api, where=where, share=None,
+            fix=finding.replacement or finding.message, severity=finding.severity or "warning"))
+
+    severity_rank = {"error": 0, "warning": 1, "info": 2}
+    fixes.sort(key=lambda f: (-(f.share or 0.0), severity_rank.get(f.severity, 1), f.kind, f.what))
+    return fixes[:limit]
+
+
+def scan_metadata(result: ScanResult) -> list[tuple[str, str]]:
+    """(label, text) pairs describing what was scanned, for the summary block."""
+    settings = result.settings or {}
+    exit_info = result.exit or {}
+    if result.complete:
+        status = "complete"
+    else:
+        status = "incomplete: " + str(result.incomplete_reason or exit_info.get("message") or exit_info.get("kind") or NA)
+    steps = len(result.steps) if result.steps else 0
+    asked = settings.get("steps")
+    return [
+        ("Script", result.script or NA),
+        ("Arguments", " ".join(str(a) for a in result.argv) if result.argv else "(none)"),
+        ("Device", result.device + (f" (asked: {settings['requested_device']})"
+                                    if settings.get("requested_device") not in (None, result.device) else "")),
+        ("torch", result.torch_version or NA),
+        ("Python", result.python_version or NA),
+        ("Steps captured", f"{steps}" + (f" of {asked} asked" if asked else "")),
+        ("Status", status),
+        ("Started", result.started_at or NA),
+        ("Duration", f"{result.duration_s:.1f} s" if result.duration_s else NA),
+        ("opscope", result.tool_version or NA),
+    ]
+
+
+def target_text(result: ScanResult) -> str:
+    target = result.target or {}
+    if not target:
+        return NA
+    text = f"{target.get('package') or 'torch_npu'} {target.get('version') or NA}"
+    if target.get("source"):
+        text += f" ({target['source']})"
+    return text
+
+
+def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
+    return [r for r in rows if r.verdict in BLOCKING]

@@ -1,0 +1,131 @@
+"""Write the readiness workbook (openpyxl): one sheet per question a porter asks.
+
+Every sheet has a frozen header row, an autofilter and readable widths; numbers
+stay numbers.  Text from the scan (operator names, paths, argv) is written as a
+string cell with Excel's quote prefix, so ``=HYPERLINK(...)`` in a file name is
+shown, never evaluated.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.model import VERDICTS, ScanResult
+from opscope.report import view
+
+MAX_WIDTH = 60
+FORMULA_STARTS = ("=", "+", "-", "@")
+PERCENT = "0.0%"
+MS = "0.000"
+
+
+def _text_cell(cell, value) -> None:
+    """Store user text as text: openpyxl would otherwise turn '=...' into a formula."""
+    cell.value = value
+    if isinstance(value, str):
+        cell.data_type = "s"
+        if value.startswith(FORMULA_STARTS):
+            cell.quotePrefix = True
+
+
+def _sheet(wb, title: str, headers: list[str], rows, formats: dict | None = None,
+           verdict_col: int | None = None, fills: dict | None = None):
+    """Append a table sheet. ``formats`` maps a column index to a number format."""
+    from openpyxl.styles import Font, PatternFill
+    from openpyxl.utils import get_column_letter
+
+    ws = wb.create_sheet(title)
+    ws.append(headers)
+    for cell in ws[1]:
+        cell.font = Font(bold=True)
+    formats = formats or {}
+    fill_cache = {}
+    widths = [len(h) for h in headers]
+    for r, row in enumerate(rows, start=2):
+        for c, value in enumerate(row, start=1):
+            cell = ws.cell(row=r, column=c)
+            if isinstance(value, str):
+                _text_cell(cell, value)
+            else:
+                cell.value = value
+                if c - 1 in formats and value is not None:
+                    cell.number_format = formats[c - 1]
+            if value is not None:
+                widths[c - 1] = max(widths[c - 1], min(len(str(value)), MAX_WIDTH))
+        if verdict_col is not None and fills:
+            verdict = row[verdict_col]
+            if verdict in fills:
+                fill = fill_cache.get(verdict) or fill_cache.setdefault(
+                    verdict, PatternFill("solid", start_color=fills[verdict], end_color=fills[verdict]))
+                ws.cell(row=r, column=verdict_col + 1).fill = fill
+    for c, width in enumerate(widths, start=1):
+        ws.column_dimensions[get_column_letter(c)].width = max(8, width + 2)
+    ws.freeze_panes = "A2"
+    ws.auto_filter.ref = f"A1:{get_column_letter(len(headers))}{max(1, ws.max_row)}"
+    return ws
+
+
+OPERATOR_HEADERS = ["operator", "verdict", "calls", "input shapes", "dtypes", "time ms", "time share",
+                    "phase", "source", "dynamic", "evidence", "substitute"]
+
+
+def _operator_table(rows: list[view.OperatorRow]):
+    return [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, r.time_us / 1000, r.share, r.phase,
+             r.source, r.dynamic, r.evidence, r.substitute] for r in rows]
+
+
+def build_workbook(result: ScanResult):
+    """The workbook in memory (tests re-read it; write_xlsx saves it)."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    wb.remove(wb.active)
+    rows = view.operator_rows(result)
+    counts = view.verdict_counts(result)
+    shares = view.verdict_time_share(result)
+    score = view.readiness_score(result)
+
+    summary = [["readiness score (0-100)", score if score is not None else view.NA, None],
+               ["target", view.target_text(result), None],
+               ["operator signatures", len(result.operators), None]]
+    summary += [[label, text, None] for label, text in view.scan_metadata(result)]
+    summary += [[f"verdict: {v}", counts.get(v, 0), shares.get(v, 0.0)] for v in VERDICTS]
+    summary += [[f"fix {i}: {f.kind}", f"{f.what} @ {f.where}: {f.fix}" if f.where else f"{f.what}: {f.fix}",
+                 f.share] for i, f in enumerate(view.top_fixes(result), start=1)]
+    ws = _sheet(wb, "Summary", ["item", "value", "time share"], summary, formats={2: PERCENT})
+    ws.column_dimensions["B"].width = MAX_WIDTH
+
+    op_formats = {5: MS, 6: PERCENT}
+    _sheet(wb, "Operators", OPERATOR_HEADERS, _operator_table(rows), formats=op_formats,
+           verdict_col=1, fills=view.VERDICT_FILLS)
+    _sheet(wb, "Not supported", OPERATOR_HEADERS, _operator_table(view.not_supported_rows(rows)),
+           formats=op_formats, verdict_col=1, fills=view.VERDICT_FILLS)
+
+    dynamic = [["root cause", rc.source or view.NA, rc.cause, view.fmt_dims(rc.varying_dims),
+                ", ".join(str(o) for o in rc.ops or []), rc.source or view.NA,
+                rc.suggestion] for rc in result.root_causes]
+    dynamic += [["dynamic op", ds.source or view.NA, ds.cause, view.fmt_dims(ds.varying_dims), ds.op,
+                 ds.root_cause or view.NA, ds.suggestion] for ds in result.dynamic_shapes]
+    _sheet(wb, "Dynamic shapes", ["kind", "source line", "cause", "varying dims", "operators",
+                                  "root cause line", "suggested fix"], dynamic)
+
+    findings = [[f.severity, f.file or view.NA, f.line, f.column, f.api, f.replacement or "", f.origin,
+                 int(f.count or 1), f.rule, f.message, f.snippet or ""] for f in result.findings]
+    _sheet(wb, "Findings", ["severity", "file", "line", "column", "API", "replacement", "origin", "count",
+                            "rule", "message", "snippet"], findings)
+
+    substitutes = {}
+    for r in rows:
+        if r.substitute:
+            entry = substitutes.setdefault((r.name, r.substitute), [r.name, r.verdict, r.substitute, 0, 0.0])
+            entry[3] += r.calls
+            entry[4] += r.share
+    _sheet(wb, "Substitutes", ["operator", "verdict", "substitute (rationale)", "calls", "time share"],
+           sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
+           verdict_col=1, fills=view.VERDICT_FILLS)
+    return wb
+
+
+def write_xlsx(result: ScanResult, path: Path) -> Path:
+    path = Path(path)
+    build_workbook(result).save(path)
+    return path
