@@ -32,7 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:  # everything after `--` belongs to the user's script, untouched
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if rest:
+        if not hasattr(args, "script_args"):
+            parser.error(f"`{args.command}` takes no script arguments after `--`")
+        args.script_args = list(args.script_args or []) + rest
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

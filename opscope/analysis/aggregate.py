@@ -1,0 +1,53 @@
+"""Fold individual operator calls into one ``Operator`` per distinct signature."""
+from __future__ import annotations
+
+from collections import Counter
+
+from opscope.analysis.overloads import overload_for
+from opscope.model import OpCall, Operator
+
+
+def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
+    """Group calls by (name, overload, input shapes, dtypes); sum calls and times.
+
+    ``phase``/``source``/``parent`` are the most common values; all seen values are kept
+    in ``phases``/``sources``.  Sorted by total self time, biggest first.
+    """
+    groups: dict[tuple, dict] = {}
+    for call in calls:
+        if call.overload is None:
+            call.overload = overload_for(call.name, call.dtypes)
+        key = call.signature()
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
+                               "phases": Counter(), "sources": Counter(), "parents": Counter(),
+                               "children": {}, "steps": set()}
+        g["calls"] += 1
+        g["self"] += call.self_time_us
+        g["total"] += call.total_time_us
+        g["device"] += call.device_time_us
+        g["phases"][call.phase] += 1
+        if call.source:
+            g["sources"][call.source] += 1
+        g["parents"][call.parent] += 1
+        for child in call.children:
+            g["children"].setdefault(child, None)
+        g["steps"].add(call.step)
+    operators = []
+    for g in groups.values():
+        first: OpCall = g["first"]
+        parent = g["parents"].most_common(1)[0][0]
+        operators.append(Operator(
+            name=first.name, overload=first.overload, input_shapes=first.input_shapes, dtypes=first.dtypes,
+            scalars=first.scalars, output_shapes=first.output_shapes, calls=g["calls"],
+            self_time_us=round(g["self"], 3), total_time_us=round(g["total"], 3),
+            device_time_us=round(g["device"], 3),
+            phase=g["phases"].most_common(1)[0][0], phases=sorted(g["phases"]),
+            source=g["sources"].most_common(1)[0][0] if g["sources"] else None,
+            sources=[s for s, _ in g["sources"].most_common()],
+            parent=parent, top_level=parent is None, children=list(g["children"]),
+            steps=sorted(g["steps"]),
+        ))
+    operators.sort(key=lambda o: (-o.self_time_us, o.name))
+    return operators

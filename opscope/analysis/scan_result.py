@@ -1,0 +1,108 @@
+"""Assemble a ``ScanResult`` from a capture directory: the analysis half of ``opscope scan``.
+
+Pure with respect to its inputs: the same capture always gives the same scan.json
+(apart from timing fields), so a run can be re-analysed without re-running the script.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+from opscope import __version__
+from opscope.analysis.aggregate import aggregate
+from opscope.analysis.dynamic_shapes import find_dynamic_shapes
+from opscope.capture.store import load_capture
+from opscope.model import ScanResult
+
+
+def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool, str | None]:
+    """(complete, incomplete_reason) from how the child ended."""
+    where = f" at {outcome.where}" if getattr(outcome, "where", None) else ""
+    during = f" during step {steps_done + 1}" if steps_done < steps_wanted else ""
+    if outcome.kind in ("steps-reached", "finished"):
+        return True, None
+    if outcome.kind == "exit" and outcome.code in (0, None):
+        return True, None
+    if outcome.kind == "exit":
+        return False, f"the script exited with status {outcome.code}{where}{during}"
+    if outcome.kind == "exception":
+        return False, f"the script raised {outcome.message}{where}{during}"
+    if outcome.kind == "timeout":
+        return False, f"{outcome.message}; stopped{during}"
+    return False, f"{outcome.message}{during}"
+
+
+def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, settings: dict,
+                      outcome, started_at: str, duration_s: float, static_paths: list | None = None,
+                      target: str | None = None) -> ScanResult:
+    import torch
+    calls, steps, side, runtime_findings, meta = load_capture(out_dir)
+    warmup = int(settings.get("warmup", 0) or 0)
+    indices = [s.index for s in steps]
+    baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)
+    complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.get("steps", 0))
+    operators = aggregate(calls)
+    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
+    for op in operators:
+        op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources or [op.source]))
+    result = ScanResult(
+        script=str(Path(script).resolve()), argv=list(argv), device=device,
+        torch_version=torch.__version__, complete=complete, incomplete_reason=reason,
+        tool_version=__version__, python_version=sys.version.split()[0],
+        platform=f"{platform.system()} {platform.machine()}", cwd=os.getcwd(),
+        started_at=started_at, duration_s=round(duration_s, 3), settings=settings,
+        exit={"kind": outcome.kind, "code": outcome.code, "message": outcome.message, "where": outcome.where},
+        steps=steps, operators=operators, dynamic_shapes=dynamic, root_causes=roots,
+        findings=runtime_findings, traces=meta.get("traces", []),
+    )
+    if steps and len([s for s in steps if s.complete]) < settings.get("steps", 0) and complete:
+        result.notes.append(f"the script finished after {len(steps)} step(s), fewer than --steps "
+                            f"{settings.get('steps')}")
+    if not steps:
+        result.notes.append("no step was captured: the script made no optimizer step or module call "
+                            "(try --step-marker module or backward)")
+    if warmup:
+        result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
+    result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
+                        "training step); ranks started with torch.multiprocessing.spawn are not captured: "
+                        "scan one rank's code path in-process instead")
+    _add_static_findings(result, static_paths)
+    _add_verdicts(result, target)
+    return result
+
+
+def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
+    if static_paths is None:
+        return
+    try:  # TEMP until the static scan lands
+        from opscope.analysis.findings import merge_findings
+        from opscope.analysis.static_scan import scan_paths
+    except ImportError:
+        return
+    files = {Path(result.script)}
+    root = Path(result.script).parent
+    for op in result.operators:
+        for src in op.sources or []:
+            path = (root / src.rsplit(":", 1)[0])
+            if path.suffix == ".py" and path.exists():
+                files.add(path)
+    files.update(Path(p) for p in static_paths)
+    static = scan_paths(sorted(files))
+    for f in static:  # same path convention as run-time findings: relative to the script's folder
+        if f.file:
+            full = Path(f.file).resolve()
+            if full.is_relative_to(root.resolve()):
+                f.file = str(full.relative_to(root.resolve()))
+    result.findings = merge_findings(result.findings, static)
+
+
+def _add_verdicts(result: ScanResult, target: str | None) -> None:
+    try:  # TEMP until verdicts land
+        from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
+    except ImportError:
+        return
+    version = resolve_target(target)
+    result.target = assign_verdicts(result.operators, version)
+    result.summary = readiness_summary(result)

@@ -1,0 +1,144 @@
+"""Turn raw profiler (Kineto) events of one step into ``OpCall`` records.
+
+We read ``prof.profiler.kineto_results.events()`` directly instead of
+``prof.events()``/``key_averages()``: it is several times faster and keeps what we
+need (shapes, dtypes, concrete scalars, sequence numbers).  Nesting is rebuilt per
+thread from timestamps, like the profiler's own FunctionEvent tree.
+"""
+from __future__ import annotations
+
+from opscope.model import OpCall
+
+BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
+
+
+def is_operator(name: str) -> bool:
+    """ATen and other dispatcher ops (``ns::op``); not profiler bookkeeping or annotations."""
+    return "::" in name and not name.startswith(BOOKKEEPING_PREFIXES) and " " not in name.split("::", 1)[0]
+
+
+def _jsonable(value):
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _phase_from(name: str) -> str | None:
+    if name.startswith("autograd::engine::evaluate_function"):
+        return "backward"
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#", "opscope.optimizer")):
+        return "optimizer"
+    if name.startswith(("opscope.dataloader", "opscope.setup")):
+        return "other"
+    return None
+
+
+def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
+    """Build OpCalls for one step.
+
+    ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, cause).
+    Backward ops get the source of the forward op with the same sequence number.
+    """
+    cpu, device = [], []
+    for e in events:
+        if str(e.device_type()).endswith("CPU"):
+            cpu.append(e)
+        else:
+            device.append(e)
+    cpu.sort(key=lambda e: (e.start_thread_id(), e.start_ns(), -e.duration_ns()))
+    calls: list[OpCall] = []
+    by_corr: dict[int, OpCall] = {}
+    seq_source: dict[int, tuple] = {}
+    stack: list[tuple] = []  # (end_ns, event_name, OpCall|None, annotation|None, phase|None, seq)
+    thread = None
+    pending_backward: list[tuple[OpCall, int]] = []
+    for e in cpu:
+        tid = e.start_thread_id()
+        if tid != thread:
+            stack.clear()
+            thread = tid
+        start = e.start_ns()
+        end = start + e.duration_ns()
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        name = e.name()
+        op = None
+        annotation = None
+        phase = _phase_from(name)
+        if name.startswith("opscope#"):
+            try:
+                annotation = table_entries[int(name[8:])]
+            except (ValueError, IndexError):
+                annotation = None
+        elif is_operator(name):
+            parent_op = next((s[2] for s in reversed(stack) if s[2] is not None), None)
+            ann = next((s[3] for s in reversed(stack) if s[3] is not None), None)
+            ph = next((s[4] for s in reversed(stack) if s[4] is not None), None)
+            bw_seq = next((s[5] for s in reversed(stack) if s[4] == "backward"), None)
+            if ph is None:
+                ph = "backward" if (main_thread is not None and tid != main_thread) else "forward"
+            op = OpCall(
+                name=name,
+                input_shapes=_jsonable(e.shapes()),
+                dtypes=list(e.dtypes()),
+                scalars=_jsonable(e.concrete_inputs()),
+                self_time_us=e.duration_ns() / 1000.0,
+                total_time_us=e.duration_ns() / 1000.0,
+                phase=ph,
+                parent=parent_op.name if parent_op else None,
+                source=ann[0] if ann else None,
+                origin=ann[1] if ann else None,
+                origin_cause=ann[2] if ann else None,
+                step=step,
+                thread=tid,
+                seq_nr=e.sequence_nr(),
+                start_us=start / 1000.0,
+            )
+            if parent_op is not None:
+                parent_op.self_time_us -= op.total_time_us
+                if name not in parent_op.children:
+                    parent_op.children.append(name)
+            if ph == "forward" and op.seq_nr >= 0 and op.source and parent_op is None:
+                seq_source.setdefault(op.seq_nr, (op.source, op.origin, op.origin_cause))
+            if ph == "backward" and bw_seq is not None:
+                pending_backward.append((op, bw_seq))
+            calls.append(op)
+            by_corr[e.correlation_id()] = op
+        stack.append((end, name, op, annotation, phase,
+                      e.sequence_nr() if phase == "backward" else None))
+    for op, seq in pending_backward:
+        src = seq_source.get(seq)
+        if src:  # a backward op belongs to the line of the forward op that created its node
+            op.source, op.origin, op.origin_cause = src
+    _attach_device_time(device, by_corr, cpu)
+    for op in calls:
+        op.self_time_us = max(op.self_time_us, 0.0)
+    return calls
+
+
+def _attach_device_time(device_events, by_corr, cpu_events) -> None:
+    """Add kernel time to the op that launched it (runtime launch -> enclosing op)."""
+    if not device_events:
+        return
+    # runtime launch events (cudaLaunchKernel...) are CPU events with a correlation id;
+    # map their correlation to the innermost enclosing operator.
+    launch_owner: dict[int, OpCall] = {}
+    ops_sorted = sorted(by_corr.values(), key=lambda o: o.start_us)
+    for e in cpu_events:
+        name = e.name()
+        if is_operator(name) or name.startswith("opscope#"):
+            continue
+        t = e.start_ns() / 1000.0
+        owner = None
+        for op in ops_sorted:  # small per-step lists; keeps the code obvious
+            if op.start_us <= t <= op.start_us + op.total_time_us and op.thread == e.start_thread_id():
+                owner = op
+        if owner is not None:
+            launch_owner[e.correlation_id()] = owner
+    for k in device_events:
+        owner = launch_owner.get(k.linked_correlation_id()) or by_corr.get(k.linked_correlation_id())
+        if owner is not None:
+            owner.device_time_us += k.duration_ns() / 1000.0
+            owner.device = str(k.device_type()).split(".")[-1].lower()

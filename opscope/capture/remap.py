@@ -1,0 +1,352 @@
+"""Run a GPU training script on a machine without a GPU, and record every CUDA API it used.
+
+Only active when the scan runs on the CPU while the script asks for CUDA.  Each remap
+that fires becomes a ``Finding`` (origin ``runtime``) at the user's file:line, with the
+same rule ids as the static scan (``support_matrix/cuda_api_rules.yaml``) so the two
+de-duplicate.  On a real GPU or NPU nothing here is installed.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+
+import torch
+
+from opscope.model import Finding
+
+# rule id -> (message, NPU replacement); the wording of the static rules lives in yaml,
+# these are the short forms used for run-time remaps.
+_RULES = {
+    "cuda-call": ("`.cuda()` moves data to a CUDA device", "`.npu()` (after `import torch_npu`) or `.to(device)`"),
+    "cuda-device": ("CUDA device used as a string/torch.device", "`torch.device('npu:N')` / `'npu'`"),
+    "cuda-is-available": ("torch.cuda.is_available() decides the device", "`torch.npu.is_available()`"),
+    "cuda-synchronize": ("torch.cuda.synchronize()", "`torch.npu.synchronize()`"),
+    "cuda-memory": ("CUDA memory query/management", "`torch.npu.memory_allocated()` / `torch.npu.empty_cache()` ..."),
+    "cuda-set-device": ("torch.cuda.set_device()", "`torch.npu.set_device()`"),
+    "cuda-device-count": ("torch.cuda.device_count()", "`torch.npu.device_count()`"),
+    "cuda-current-device": ("torch.cuda.current_device()/get_device_name/properties", "`torch.npu.current_device()`"),
+    "cuda-manual-seed": ("torch.cuda.manual_seed()", "`torch.npu.manual_seed()`"),
+    "cuda-amp-autocast": ("CUDA autocast", "`torch.amp.autocast('npu')` / `torch_npu.npu.amp.autocast()`"),
+    "cuda-amp-gradscaler": ("CUDA GradScaler", "`torch.amp.GradScaler('npu')` / `torch_npu.npu.amp.GradScaler()`"),
+    "cudnn-flags": ("torch.backends.cudnn flag set (no effect on NPU)", "remove, or set NPU options (`torch.npu.set_compile_mode`)"),
+    "pin-memory": ("DataLoader(pin_memory=True)", "keep `pin_memory=True` only with torch_npu; NPU docs advise `pin_memory=False` on older CANN"),
+    "nccl-backend": ("NCCL process-group backend", "`backend='hccl'`"),
+    "cuda-event": ("torch.cuda.Event", "`torch.npu.Event`"),
+    "cuda-stream": ("torch.cuda.Stream/stream context", "`torch.npu.Stream` / `torch.npu.stream`"),
+    "cuda-load": ("torch.load(map_location=cuda)", "`map_location='npu'` or `'cpu'`"),
+}
+
+
+class RuntimeFindings:
+    """Collects remap findings keyed by (rule, file, line)."""
+
+    def __init__(self, user_code):
+        self.user_code = user_code
+        self.items: dict[tuple, Finding] = {}
+
+    def record(self, rule: str, api: str, depth: int = 2) -> None:
+        where = self.user_code.frame_of(sys._getframe(depth))
+        file, line = where if where else (None, None)
+        key = (rule, file, line)
+        found = self.items.get(key)
+        if found:
+            found.count += 1
+            return
+        message, replacement = _RULES[rule]
+        self.items[key] = Finding(rule=rule, file=file, line=line, api=api,
+                                  message=f"{message}; remapped to CPU for the scan",
+                                  replacement=replacement, severity="warning", origin="runtime")
+
+    def list(self) -> list[Finding]:
+        return list(self.items.values())
+
+
+def _is_cuda(dev) -> bool:
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    if isinstance(dev, str):
+        return dev.split(":")[0] == "cuda"
+    return False
+
+
+class _FakeEvent:
+    """CPU stand-in for torch.cuda.Event: records wall time so elapsed_time works."""
+
+    def __init__(self, *args, **kwargs):
+        self.t = None
+
+    def record(self, *args, **kwargs):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def wait(self, *args, **kwargs):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return ((end.t or 0) - (self.t or 0)) * 1000.0
+
+
+class _FakeStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, *args, **kwargs):
+        pass
+
+    def wait_event(self, *args, **kwargs):
+        pass
+
+    def record_event(self, event=None):
+        event = event or _FakeEvent()
+        event.record()
+        return event
+
+    def query(self):
+        return True
+
+
+class _FakeProps:
+    name = "opscope CPU remap"
+    total_memory = 0
+    major, minor = 0, 0
+    multi_processor_count = 0
+
+
+class CudaRemapper:
+    """Installs CUDA->CPU patches; ``on_call`` rewrites device args of torch calls."""
+
+    def __init__(self, findings: RuntimeFindings):
+        self.findings = findings
+        self.user_code = findings.user_code
+        self._undo: list = []
+
+    # -- called by SourceTracker for every torch call --------------------------------
+    def on_call(self, func, args, kwargs):
+        name = getattr(func, "__name__", "")
+        if name == "cuda":
+            self.findings.record("cuda-call", "Tensor.cuda()", depth=3)
+            return args, kwargs, True, args[0]
+        dev = kwargs.get("device")
+        if dev is not None and _is_cuda(dev):
+            kwargs = dict(kwargs, device="cpu")
+            self.findings.record("cuda-device", f"{name}(device='cuda')", depth=3)
+        if name == "to" and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu") + tuple(args[2:])
+            self.findings.record("cuda-device", ".to('cuda')", depth=3)
+        if name in ("pin_memory",):
+            return args, kwargs, True, args[0]
+        return args, kwargs, False, None
+
+    # -- module-level patches ---------------------------------------------------------
+    def _patch(self, owner, attr, value):
+        old = getattr(owner, attr, None)
+        self._undo.append((owner, attr, old))
+        setattr(owner, attr, value)
+
+    def _from_user(self, depth=2) -> bool:
+        frame = sys._getframe(depth)
+        return self.user_code.display(frame.f_code.co_filename) is not None
+
+    def install(self) -> None:
+        cuda = torch.cuda
+        rec = self.findings.record
+
+        def simple(rule, api, result=None, name=None):
+            """Fake for user calls; library code (e.g. torch.manual_seed) keeps the original."""
+            original = getattr(cuda, name) if name else None
+
+            def fn(*args, **kwargs):
+                if original is not None and not self._from_user():
+                    return original(*args, **kwargs)
+                rec(rule, api, depth=2)
+                return result() if callable(result) else result
+            return fn
+
+        orig_available = cuda.is_available
+
+        def is_available():
+            if self._from_user():
+                rec("cuda-is-available", "torch.cuda.is_available()")
+                return True
+            return orig_available()
+
+        orig_count = cuda.device_count
+
+        def device_count():
+            if self._from_user():
+                rec("cuda-device-count", "torch.cuda.device_count()")
+                return 1
+            return orig_count()
+
+        self._patch(cuda, "is_available", is_available)
+        self._patch(cuda, "device_count", device_count)
+        self._patch(cuda, "synchronize", simple("cuda-synchronize", "torch.cuda.synchronize()", name="synchronize"))
+        self._patch(cuda, "set_device", simple("cuda-set-device", "torch.cuda.set_device()", name="set_device"))
+        self._patch(cuda, "current_device", simple("cuda-current-device", "torch.cuda.current_device()", 0, name="current_device"))
+        self._patch(cuda, "get_device_name", simple("cuda-current-device", "torch.cuda.get_device_name()", _FakeProps.name, name="get_device_name"))
+        self._patch(cuda, "get_device_properties", simple("cuda-current-device", "torch.cuda.get_device_properties()", _FakeProps, name="get_device_properties"))
+        self._patch(cuda, "get_device_capability", simple("cuda-current-device", "torch.cuda.get_device_capability()", (0, 0), name="get_device_capability"))
+        for fn in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
+            self._patch(cuda, fn, simple("cuda-manual-seed", f"torch.cuda.{fn}()", name=fn))
+        for fn in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                   "memory_cached", "max_memory_cached"):
+            self._patch(cuda, fn, simple("cuda-memory", f"torch.cuda.{fn}()", 0, name=fn))
+        for fn in ("empty_cache", "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats"):
+            self._patch(cuda, fn, simple("cuda-memory", f"torch.cuda.{fn}()", name=fn))
+        self._patch(cuda, "memory_summary", simple("cuda-memory", "torch.cuda.memory_summary()", "", name="memory_summary"))
+        self._patch(cuda, "memory_stats", simple("cuda-memory", "torch.cuda.memory_stats()", dict, name="memory_stats"))
+
+        def event(*args, **kwargs):
+            rec("cuda-event", "torch.cuda.Event()")
+            return _FakeEvent()
+
+        def stream(*args, **kwargs):
+            rec("cuda-stream", "torch.cuda.Stream()")
+            return _FakeStream()
+
+        def stream_ctx(*args, **kwargs):
+            rec("cuda-stream", "torch.cuda.stream()")
+            return contextlib.nullcontext()
+
+        self._patch(cuda, "Event", event)
+        self._patch(cuda, "Stream", stream)
+        self._patch(cuda, "current_stream", simple("cuda-stream", "torch.cuda.current_stream()", _FakeStream, name="current_stream"))
+        self._patch(cuda, "default_stream", simple("cuda-stream", "torch.cuda.default_stream()", _FakeStream, name="default_stream"))
+        self._patch(cuda, "stream", stream_ctx)
+        self._patch(cuda, "device", lambda *a, **k: (rec("cuda-set-device", "torch.cuda.device()"), contextlib.nullcontext())[1])
+        self._install_module(rec)
+        self._install_amp(rec)
+        self._install_cudnn(rec)
+        self._install_dataloader(rec)
+        self._install_distributed(rec)
+        self._install_load(rec)
+
+    def _install_module(self, rec):
+        """Module.cuda()/.to('cuda') on modules without tensors never reach a torch call."""
+        module_cls = torch.nn.Module
+        orig_cuda, orig_to = module_cls.cuda, module_cls.to
+        remapper = self
+
+        def cuda_(this, device=None):
+            if remapper._from_user():
+                rec("cuda-call", "Module.cuda()")
+            return this
+
+        def to_(this, *args, **kwargs):
+            if remapper._from_user() and (any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device"))):
+                rec("cuda-device", "Module.to('cuda')")
+            return orig_to(this, *args, **kwargs)
+
+        self._patch(module_cls, "cuda", cuda_)
+        self._patch(module_cls, "to", to_)
+
+    def _install_amp(self, rec):
+        from torch.amp import autocast_mode, grad_scaler
+
+        orig_init = autocast_mode.autocast.__init__
+
+        @functools.wraps(orig_init)
+        def autocast_init(this, device_type="cuda", dtype=None, enabled=True, cache_enabled=None):
+            if device_type == "cuda":
+                rec("cuda-amp-autocast", "torch.cuda.amp.autocast / torch.autocast('cuda')", depth=3)
+                device_type = "cpu"
+                dtype = dtype or torch.float16
+            return orig_init(this, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+        self._patch(autocast_mode.autocast, "__init__", autocast_init)
+        orig_scaler = grad_scaler.GradScaler.__init__
+
+        @functools.wraps(orig_scaler)
+        def scaler_init(this, device="cuda", *args, **kwargs):
+            if device == "cuda":
+                rec("cuda-amp-gradscaler", "torch.cuda.amp.GradScaler", depth=3)
+                device = "cpu"
+            return orig_scaler(this, device, *args, **kwargs)
+
+        self._patch(grad_scaler.GradScaler, "__init__", scaler_init)
+        # torch.cuda.amp.* are thin subclasses that pass "cuda" to the patched __init__s.
+
+    def _install_cudnn(self, rec):
+        cudnn_mod = torch.backends.cudnn
+        cls = type(cudnn_mod)
+        orig_setattr = cls.__setattr__
+        remapper = self
+
+        def setattr_(this, name, value):
+            if name in ("benchmark", "deterministic", "enabled", "allow_tf32") and remapper._from_user():
+                rec("cudnn-flags", f"torch.backends.cudnn.{name} = {value!r}")
+            return orig_setattr(this, name, value)
+
+        self._patch(cls, "__setattr__", setattr_)
+
+    def _install_dataloader(self, rec):
+        from torch.utils.data import DataLoader
+        orig_init = DataLoader.__init__
+
+        @functools.wraps(orig_init)
+        def init(this, *args, **kwargs):
+            if kwargs.get("pin_memory"):
+                rec("pin-memory", "DataLoader(pin_memory=True)", depth=3)
+                kwargs["pin_memory"] = False
+            return orig_init(this, *args, **kwargs)
+
+        self._patch(DataLoader, "__init__", init)
+
+    def _install_distributed(self, rec):
+        try:
+            import torch.distributed as dist
+        except Exception:  # pragma: no cover
+            return
+        if not dist.is_available():
+            return
+        orig = dist.init_process_group
+
+        @functools.wraps(orig)
+        def init_process_group(*args, **kwargs):
+            backend = kwargs.get("backend", args[0] if args else None)
+            if isinstance(backend, str) and "nccl" in backend:
+                rec("nccl-backend", f"init_process_group(backend={backend!r})")
+                if args:
+                    args = ("gloo",) + tuple(args[1:])
+                else:
+                    kwargs["backend"] = "gloo"
+            return orig(*args, **kwargs)
+
+        self._patch(dist, "init_process_group", init_process_group)
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        orig_ddp = DDP.__init__
+
+        @functools.wraps(orig_ddp)
+        def ddp_init(this, module, device_ids=None, output_device=None, *args, **kwargs):
+            return orig_ddp(this, module, None, None, *args, **kwargs)
+
+        self._patch(DDP, "__init__", ddp_init)
+
+    def _install_load(self, rec):
+        orig = torch.load
+
+        @functools.wraps(orig)
+        def load(*args, **kwargs):
+            loc = kwargs.get("map_location")
+            if loc is None or _is_cuda(loc):
+                if loc is not None:
+                    rec("cuda-load", "torch.load(map_location='cuda')")
+                kwargs["map_location"] = "cpu"
+            return orig(*args, **kwargs)
+
+        self._patch(torch, "load", load)
+
+    def uninstall(self) -> None:
+        for owner, attr, old in reversed(self._undo):
+            setattr(owner, attr, old)
+        self._undo.clear()

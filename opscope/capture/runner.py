@@ -1,0 +1,162 @@
+"""Parent side of a capture: start the child, watch it, enforce the timeout.
+
+The child (``opscope.capture.child``) writes steps as it goes; here we only wait,
+show progress, and turn however the child ended into a ``ChildOutcome``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opscope.errors import UserError
+
+GRACE_SECONDS = 10.0
+
+
+@dataclass
+class ChildOutcome:
+    kind: str                 # finished | steps-reached | exception | exit | killed | timeout
+    code: int | None = None
+    message: str = ""
+    where: str | None = None
+    steps: int = 0
+    returncode: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.kind in ("finished", "steps-reached") or (self.kind == "exit" and self.code == 0 and False)
+
+
+def resolve_device(requested: str) -> str:
+    """auto -> npu if torch_npu and a device are present, else cuda if available, else cpu."""
+    requested = (requested or "auto").lower()
+    if requested not in ("auto", "cpu", "cuda", "npu"):
+        raise UserError(f"unknown --device {requested!r}: use auto, cpu, cuda or npu")
+    npu_ok = _npu_available()
+    import torch
+    cuda_ok = torch.cuda.is_available()
+    if requested == "auto":
+        return "npu" if npu_ok else ("cuda" if cuda_ok else "cpu")
+    if requested == "cuda" and not cuda_ok:
+        raise UserError("--device cuda: no CUDA device is available here; use --device cpu "
+                        "(CUDA calls are then remapped to the CPU) or run on a GPU machine")
+    if requested == "npu" and not npu_ok:
+        raise UserError("--device npu: torch_npu is not importable or no NPU is present; "
+                        "install torch_npu with CANN on an Ascend machine, or use --device cpu")
+    return requested
+
+
+def _npu_available() -> bool:
+    import importlib.util
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    try:  # pragma: no cover - needs Ascend hardware
+        import torch
+        import torch_npu  # noqa: F401
+        return bool(torch.npu.is_available())
+    except Exception:
+        return False
+
+
+def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",
+               timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
+               step_marker: str = "auto", export_traces: bool = True, progress=None) -> ChildOutcome:
+    """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
+
+    ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
+    script itself: those come back in the outcome.
+    """
+    out_dir = Path(out_dir)
+    capture_dir = out_dir / "capture"
+    capture_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+        (capture_dir / stale).unlink(missing_ok=True)
+    config = {
+        "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
+        "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
+        "step_marker": step_marker, "export_traces": export_traces,
+    }
+    config_path = capture_dir / "config.json"
+    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    if device == "cpu":
+        child_env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
+    proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True)
+    started = time.monotonic()
+    timed_out = False
+    steps_file = capture_dir / "steps.jsonl"
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if progress is not None:
+                progress(_count_lines(steps_file))
+            if timeout and time.monotonic() - started > timeout and not timed_out:
+                timed_out = True
+                _signal_group(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                break
+    except KeyboardInterrupt:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+        raise
+    finally:
+        # the script's own children (DataLoader workers, spawned ranks) go with it
+        if proc.poll() is not None:
+            _signal_group(proc, signal.SIGKILL)
+    outcome = _read_outcome(capture_dir, proc.returncode)
+    if timed_out:
+        outcome.kind = "timeout"
+        outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
+    if progress is not None:
+        progress(_count_lines(steps_file))
+    return outcome
+
+
+def _signal_group(proc, sig) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:
+    path = capture_dir / "outcome.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        if returncode is not None and returncode < 0:
+            name = signal.Signals(-returncode).name
+            return ChildOutcome("killed", returncode, f"the script was killed by {name}", returncode=returncode)
+        return ChildOutcome("killed", returncode, f"the script process ended abruptly (exit status {returncode})",
+                            returncode=returncode)
+    return ChildOutcome(kind=data.get("kind", "killed"), code=data.get("code"), message=data.get("message", ""),
+                        where=data.get("where"), steps=data.get("steps", 0), returncode=returncode)

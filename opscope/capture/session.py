@@ -1,0 +1,319 @@
+"""One capture: profiler on, step boundaries, per-step records written as they happen.
+
+Each finished step is appended to ``capture/steps.jsonl`` (and its Chrome trace to
+``traces/step_NNNN.json``) immediately, so a script that later crashes, exits, hangs
+or is killed loses nothing that was already captured.  Used by the child process of
+``opscope scan`` and by the in-process ``opscope.capture()`` API alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from opscope.capture.events import calls_from_kineto
+from opscope.capture.source import SourceTable, SourceTracker, UserCode
+from opscope.model import OpCall
+
+_CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
+STEP_MARKERS = ("auto", "optimizer", "backward", "module", "manual")
+
+
+class StopScan(BaseException):
+    """Raised inside the user's script to end it once enough steps are captured.
+
+    A BaseException so that the script's ``except Exception`` blocks do not swallow it.
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CaptureSession:
+    def __init__(self, out_dir: Path, steps: int, step_marker: str = "auto", user_root: str | None = None,
+                 remap: bool = False, export_traces: bool = True, raise_when_done: bool = True):
+        self.out_dir = Path(out_dir)
+        self.capture_dir = self.out_dir / "capture"
+        self.trace_dir = self.out_dir / "traces"
+        self.max_steps = steps
+        self.step_marker = step_marker
+        self.export_traces = export_traces
+        self.raise_when_done = raise_when_done
+        self.user_code = UserCode(user_root)
+        self.table = SourceTable()
+        self.findings = None
+        self.remapper = None
+        if remap:
+            from opscope.capture.remap import CudaRemapper, RuntimeFindings
+            self.findings = RuntimeFindings(self.user_code)
+            self.remapper = CudaRemapper(self.findings)
+        self.tracker = SourceTracker(self.user_code, self.table, self.remapper)
+        self.tracker.on_safe_point = self.safe_point
+        self.prof = None
+        self.step_index = 0
+        self.step_started = 0.0
+        self.done = False
+        self.main_thread = threading.get_native_id()
+        self._setup_rf = None   # annotation "opscope.setup": from start to the first module forward
+        self.optimizer_seen = False
+        self.module_depth = 0
+        self._hooks: list = []
+        self._opt_rf = None
+        self._step_callbacks: list = []
+        self._lock = threading.Lock()
+        self.dataloaders: dict[str, dict] = {}   # "file:line" -> {"drop_last": bool, "batch_size": int}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self.capture_dir.mkdir(parents=True, exist_ok=True)
+        if self.export_traces:
+            self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self._steps_file = open(self.capture_dir / "steps.jsonl", "a", encoding="utf-8")
+        if self.remapper is not None:
+            self.remapper.install()
+        self._install_step_hooks()
+        self._install_dataloader_tagging()
+        self.tracker.__enter__()
+        self._start_profiler()
+
+    def on_step(self, callback) -> None:
+        self._step_callbacks.append(callback)
+
+    def _start_profiler(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and self.remapper is None:
+            activities.append(ProfilerActivity.CUDA)
+        self.prof = profile(activities=activities, record_shapes=True)
+        self.prof.__enter__()
+        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+        if self.step_index == 0 and self.module_depth == 0 and rf_cls is not None and self._setup_rf is None:
+            self._setup_rf = rf_cls("opscope.setup")
+            self._setup_rf.__enter__()
+        self.step_started = time.perf_counter()
+
+    def _stop_profiler(self):
+        self._end_setup()
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            prof.__exit__(None, None, None)
+        return prof
+
+    def request_step(self) -> None:
+        """A step ended inside an open profiler range: finish it at the next safe point.
+
+        Stopping the profiler while a ``record_function`` range that it saw open is still
+        running (``Optimizer.step#...``) crashes Kineto when the range closes later.
+        """
+        if not self.done and self.prof is not None:
+            self.tracker.boundary_pending = True
+
+    def safe_point(self) -> None:
+        if self.tracker.boundary_pending:
+            self.tracker.boundary_pending = False
+            self.step()
+
+    def step(self, partial: bool = False) -> None:
+        """End the current step: record it, start the next one (or stop when done)."""
+        with self._lock:
+            if self.done or self.prof is None:
+                return
+            duration_us = (time.perf_counter() - self.step_started) * 1e6
+            prof = self._stop_profiler()
+            self.step_index += 1
+            self._write_step(prof, duration_us, complete=not partial)
+            finished = self.step_index >= self.max_steps
+            if not finished and not partial:
+                self._start_profiler()
+            else:
+                self.done = True
+        for callback in self._step_callbacks:
+            callback(self.step_index)
+        if self.done and not partial and self.raise_when_done:
+            raise StopScan(f"captured {self.step_index} steps")
+
+    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
+        events = prof.profiler.kineto_results.events() if prof.profiler and prof.profiler.kineto_results else []
+        calls = calls_from_kineto(events, self.step_index, self.table.entries, None)
+        if not complete and not calls:
+            self.step_index -= 1
+            return
+        trace = None
+        if self.export_traces:
+            trace = self.trace_dir / f"step_{self.step_index:04d}.json"
+            try:
+                prof.export_chrome_trace(str(trace))
+            except Exception:  # a trace is a bonus; the step record is what matters
+                trace = None
+        record = {
+            "step": self.step_index,
+            "duration_us": duration_us,
+            "complete": complete,
+            "trace": os.path.relpath(trace, self.out_dir) if trace else None,
+            "side": self.tracker.reset_step(),
+            "calls": [[getattr(c, f) for f in _CALL_FIELDS] for c in calls],
+        }
+        self._steps_file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._steps_file.flush()
+
+    def finish(self) -> None:
+        """Record whatever the current (partial) step has, and write run-time findings."""
+        if self.tracker.boundary_pending:
+            self.tracker.boundary_pending = False
+            try:
+                self.step()
+            except StopScan:
+                pass
+        if not self.done and self.prof is not None:
+            self.step(partial=True)
+        self.done = True
+        self._stop_profiler()
+        try:
+            self.tracker.__exit__(None, None, None)
+        except Exception:
+            pass
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        if self.remapper is not None:
+            self.remapper.uninstall()
+        self.write_findings()
+        if not self._steps_file.closed:
+            self._steps_file.close()
+
+    def write_findings(self) -> None:
+        findings = [f.to_dict() for f in self.findings.list()] if self.findings else []
+        data = {"columns": _CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
+                "dataloaders": self.dataloaders}
+        tmp = self.capture_dir / "runtime.json.tmp"
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(self.capture_dir / "runtime.json")
+
+    # -- step markers ----------------------------------------------------------------
+    def _install_step_hooks(self) -> None:
+        from torch.optim.optimizer import (Optimizer, register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        from torch.nn.modules.module import (register_module_forward_hook,
+                                             register_module_forward_pre_hook)
+        session = self
+        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+        orig_opt_init = Optimizer.__init__
+
+        def opt_init(this, *args, **kwargs):
+            session.optimizer_seen = True
+            return orig_opt_init(this, *args, **kwargs)
+
+        Optimizer.__init__ = opt_init
+        self._hooks.append(_Restore(Optimizer, "__init__", orig_opt_init))
+
+        def pre(opt, args, kwargs):
+            if rf_cls is not None and session.prof is not None:
+                session._opt_rf = rf_cls("opscope.optimizer")
+                session._opt_rf.__enter__()
+
+        def post(opt, args, kwargs):
+            if session._opt_rf is not None:
+                session._opt_rf.__exit__(None, None, None)
+                session._opt_rf = None
+            if session._marker() == "optimizer" and threading.get_native_id() == session.main_thread:
+                session.request_step()
+
+        self._hooks.append(register_optimizer_step_pre_hook(pre))
+        self._hooks.append(register_optimizer_step_post_hook(post))
+
+        def fwd_pre(module, args):
+            if session.module_depth == 0:
+                session.safe_point()
+            session.module_depth += 1
+            session._end_setup()
+
+        def fwd_post(module, args, output):
+            session.module_depth -= 1
+            if session.module_depth == 0 and session._marker() == "module":
+                session.request_step()
+
+        self._hooks.append(register_module_forward_pre_hook(fwd_pre))
+        self._hooks.append(register_module_forward_hook(fwd_post))
+        if self.step_marker == "backward":
+            orig_backward = torch.Tensor.backward
+
+            def backward(this, *args, **kwargs):
+                out = orig_backward(this, *args, **kwargs)
+                session.request_step()
+                return out
+
+            torch.Tensor.backward = backward
+            self._hooks.append(_Restore(torch.Tensor, "backward", orig_backward))
+
+    def _end_setup(self) -> None:
+        if self._setup_rf is not None:
+            rf, self._setup_rf = self._setup_rf, None
+            rf.__exit__(None, None, None)
+
+    def _marker(self) -> str:
+        if self.step_marker != "auto":
+            return self.step_marker
+        return "optimizer" if self.optimizer_seen else "module"
+
+    def _install_dataloader_tagging(self) -> None:
+        """Batches from a DataLoader carry its construction line as their shape origin."""
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+        session = self
+        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+        orig_init = DataLoader.__init__
+        orig_next = _BaseDataLoaderIter.__next__
+
+        def init(this, *args, **kwargs):
+            found = session.user_code.frame_of(_caller())
+            this._opscope_site = f"{found[0]}:{found[1]}" if found else None
+            if this._opscope_site:
+                session.dataloaders[this._opscope_site] = {"drop_last": bool(kwargs.get("drop_last", False)),
+                                                           "batch_size": kwargs.get("batch_size", args[1] if len(args) > 1 else 1)}
+            return orig_init(this, *args, **kwargs)
+
+        def next_(this):
+            session.safe_point()
+            if rf_cls is not None and session.prof is not None:
+                with rf_cls("opscope.dataloader"):
+                    batch = orig_next(this)
+            else:
+                batch = orig_next(this)
+            site = getattr(this._opscope_loader_ref, "_opscope_site", None) if hasattr(this, "_opscope_loader_ref") else None
+            if site:
+                session.tracker.tag(batch, site, "input-varies")
+            return batch
+
+        orig_iter_init = _BaseDataLoaderIter.__init__
+
+        def iter_init(this, loader, *args, **kwargs):
+            this._opscope_loader_ref = loader
+            return orig_iter_init(this, loader, *args, **kwargs)
+
+        DataLoader.__init__ = init
+        _BaseDataLoaderIter.__next__ = next_
+        _BaseDataLoaderIter.__init__ = iter_init
+        self._hooks += [_Restore(DataLoader, "__init__", orig_init),
+                        _Restore(_BaseDataLoaderIter, "__next__", orig_next),
+                        _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
+
+
+def _caller():
+    import sys
+    return sys._getframe(2)
+
+
+class _Restore:
+    """A removable monkey-patch, with the same ``remove()`` as torch hook handles."""
+
+    def __init__(self, owner, attr, original):
+        self.owner, self.attr, self.original = owner, attr, original
+
+    def remove(self):
+        setattr(self.owner, self.attr, self.original)

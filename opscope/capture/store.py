@@ -1,0 +1,48 @@
+"""Read what a capture wrote (``capture/steps.jsonl``, ``runtime.json``) back as model objects.
+
+Tolerates a truncated last line: a child killed mid-write loses only that step.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from opscope.model import Finding, OpCall, Step, PHASES
+
+
+def load_capture(out_dir: Path):
+    """Return (calls, steps, side_by_step, findings, runtime_meta)."""
+    capture_dir = Path(out_dir) / "capture"
+    runtime = {}
+    try:
+        runtime = json.loads((capture_dir / "runtime.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    from opscope.capture.session import _CALL_FIELDS
+    columns = runtime.get("columns", _CALL_FIELDS)
+    calls: list[OpCall] = []
+    steps: list[Step] = []
+    side: dict[int, dict] = {}
+    traces: list[str] = []
+    path = capture_dir / "steps.jsonl"
+    if path.exists():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    break  # truncated by a kill: keep the complete steps before it
+                step_calls = [OpCall(**dict(zip(columns, row))) for row in record["calls"]]
+                calls.extend(step_calls)
+                phase_time = {p: 0.0 for p in PHASES}
+                for c in step_calls:
+                    if c.parent is None:
+                        phase_time[c.phase] = phase_time.get(c.phase, 0.0) + c.total_time_us
+                steps.append(Step(index=record["step"], duration_us=round(record["duration_us"], 1),
+                                  op_calls=len(step_calls), complete=record.get("complete", True),
+                                  phase_time_us={k: round(v, 1) for k, v in phase_time.items()}))
+                side[record["step"]] = record.get("side", {})
+                if record.get("trace"):
+                    traces.append(record["trace"])
+    findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
+    return calls, steps, side, findings, {"traces": traces, "dataloaders": runtime.get("dataloaders", {})}

@@ -1,0 +1,158 @@
+"""``opscope scan SCRIPT [options] -- [script args]``: run, capture, analyse, report."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import time
+from pathlib import Path
+
+from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
+
+DEFAULT_STEPS = 5
+
+
+def register(sub) -> None:
+    p = sub.add_parser("scan", help="run a training script for a few steps and report NPU readiness",
+                       description="Run an unmodified training script for a few steps under the PyTorch "
+                                   "profiler, then report every operator, dynamic shapes, CUDA-only APIs and "
+                                   "torch_npu support verdicts.  Script arguments go after `--`.")
+    p.add_argument("script", help="the training script (run as __main__), or a file/folder with --static-only")
+    p.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments passed to the script")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps to capture (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="first K steps are warm-up: shape changes are judged against step K+1 (default 0)")
+    p.add_argument("--out", default="opscope-out", help="output folder (default opscope-out/)")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda|npu (default auto)")
+    p.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
+    p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
+                   help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
+                        "loss.backward(), or a top-level module forward call (inference loops)")
+    p.add_argument("--target", default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
+    p.add_argument("--fail-under", type=float, default=None, help="exit 5 if the readiness score is below this")
+    p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
+    p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
+    p.add_argument("--no-traces", action="store_true", help="do not keep the per-step Chrome traces")
+    p.add_argument("--quiet", action="store_true", help="no terminal summary")
+    p.set_defaults(func=run)
+
+
+def _check_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".opscope-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
+
+
+def _formats(spec: str) -> list[str]:
+    known = {"html", "xlsx", "md", "json", "sarif"}
+    formats = [f.strip().lower() for f in spec.split(",") if f.strip()]
+    bad = [f for f in formats if f not in known]
+    if bad:
+        raise UserError(f"unknown --format {','.join(bad)}: choose from {','.join(sorted(known))}")
+    return formats
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    console = Console(stderr=True)
+    script = Path(args.script)
+    formats = _formats(args.format)
+    if args.static_only:
+        return _static_only(script, Path(args.out), formats, args.quiet)
+    if not script.exists():
+        raise UserError(f"script not found: {script} (check the path; script arguments go after `--`)")
+    if script.is_dir() or script.suffix not in (".py", ""):
+        raise UserError(f"{script} is not a Python script; give the training script (e.g. train.py), "
+                        "or use --static-only to scan a folder")
+    if args.steps < 1:
+        raise UserError("--steps must be at least 1")
+    if args.warmup < 0 or args.warmup >= args.steps:
+        raise UserError("--warmup must be between 0 and --steps - 1")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UserError("--timeout must be a positive number of seconds")
+    out = Path(args.out)
+    _check_out(out)
+    try:  # TEMP
+        from opscope.analysis.verdicts import resolve_target
+        resolve_target(args.target)
+    except ImportError:
+        pass  # fail fast on an unknown torch_npu version, before running anything
+    from opscope.capture.runner import resolve_device, run_script
+    device = resolve_device(args.device)
+    settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
+                "timeout": args.timeout, "target": args.target, "requested_device": args.device,
+                "remap": device == "cpu"}
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
+    if not args.quiet:
+        status.start()
+
+    def progress(done: int) -> None:
+        if not args.quiet:
+            status.update(f"running {script.name} under the profiler: step {min(done, args.steps)}/{args.steps}")
+
+    try:
+        outcome = run_script(str(script), args.script_args, out, args.steps, device=device, timeout=args.timeout,
+                             step_marker=args.step_marker, export_traces=not args.no_traces, progress=progress)
+    finally:
+        status.stop()
+    from opscope.analysis.scan_result import build_scan_result
+    result = build_scan_result(out, script=str(script), argv=args.script_args, device=device, settings=settings,
+                               outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                               static_paths=[], target=args.target)
+    written = _write_outputs(result, out, formats)
+    if not args.quiet:
+        from opscope.report.terminal import print_summary
+        print_summary(result, Console())
+        Console().print("wrote " + ", ".join(str(p) for p in written))
+    if not result.complete:
+        code = EXIT_TIMEOUT if outcome.kind == "timeout" else EXIT_SCRIPT_FAILED
+        kept = sum(1 for s in result.steps if s.complete)
+        raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
+                        f"to {out / 'scan.json'}", code)
+    score = (result.summary or {}).get("readiness_score")
+    if args.fail_under is not None and score is not None and score < args.fail_under:
+        raise UserError(f"readiness score {score} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
+    return 0
+
+
+def _write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
+    from opscope.report.csv_out import write_operators_csv
+    from opscope.report.json_out import write_scan_json
+    written = [write_scan_json(result, out / "scan.json"), write_operators_csv(result, out / "operators.csv")]
+    if "sarif" in formats:
+        from opscope.report.sarif import write_sarif
+        written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")
+    report_formats = [f for f in formats if f in ("html", "xlsx", "md")]
+    if report_formats:
+        from opscope.report.render import write_reports
+        written.extend(write_reports(result, out, formats=tuple(report_formats)))
+    return written
+
+
+def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
+    """Scan files without running anything: findings to the terminal, findings.json (+ SARIF)."""
+    import json
+    if not path.exists():
+        raise UserError(f"path not found: {path} (give a Python file or a project folder)")
+    from opscope.analysis.static_scan import scan_paths
+    t0 = time.perf_counter()
+    findings = scan_paths([path])
+    elapsed = time.perf_counter() - t0
+    _check_out(out)
+    (out / "findings.json").write_text(json.dumps([f.to_dict() for f in findings], indent=1), encoding="utf-8")
+    if "sarif" in formats:
+        from opscope.report.sarif import write_sarif
+        write_sarif(findings, out / "findings.sarif")
+    if not quiet:
+        from rich.console import Console
+        from opscope.report.findings_table import print_findings
+        console = Console()
+        print_findings(findings, console)
+        console.print(f"{len(findings)} finding(s) in {elapsed:.2f}s; wrote {out / 'findings.json'}")
+    return 0
