@@ -47,7 +47,7 @@ def test_user_strings_render_as_text_never_markup(evil_html):
 
 def test_summary_shows_score_counts_target_and_metadata():
     html = render_html(realistic_scan(), charts={})
-    assert 'id="readiness-score">72<' in html
+    assert 'id="readiness-score">72<' in html and 'id="no-verdicts"' not in html
     assert "torch_npu 2.6.0 (op_plugin)" in html
     assert "/home/me/proj/train.py" in html and "--epochs 1" in html and "2.13.0" in html
     verdict_rows = re.findall(r'data-filter-verdict="([a-z-]+)".*?<td class="num">(\d+)</td>', html, re.S)
@@ -83,6 +83,7 @@ def test_a_bare_scan_renders_na_instead_of_crashing():
     html = render_html(bare)
     assert 'id="readiness-score">n/a<' in html and "incomplete" in html and "script raised ValueError" in html
     assert _op_payload(html)["rows"][0][1] == "unknown"
+    assert 'id="no-verdicts"' in html and view.top_fixes(bare) == []  # missing verdicts are not findings
     md = render_markdown(bare)
     assert "n/a" in md and "Incomplete scan" in md
 

@@ -86,6 +86,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "script_name": Path(result.script).name if result.script else "unknown script",
         "tool_version": result.tool_version or "",
         "complete": bool(result.complete),
+        "verdicts_computed": view.verdicts_computed(result) or not result.operators,
         "incomplete_reason": result.incomplete_reason or (result.exit or {}).get("kind") or view.NA,
         "score_text": f"{score:.0f}" if score is not None else view.NA,
         "score_class": _score_class(score),

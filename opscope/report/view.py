@@ -45,6 +45,11 @@ def op_time_us(op: Operator) -> float:
     return float(op.device_time_us or 0.0) or float(op.self_time_us or 0.0)
 
 
+def verdicts_computed(result: ScanResult) -> bool:
+    """False when no operator carries a verdict (scan made before/without the verdict engine)."""
+    return any(op.verdict for op in result.operators)
+
+
 def total_time_us(result: ScanResult) -> float:
     return sum(op_time_us(op) for op in result.operators)
 
@@ -139,13 +144,23 @@ def operator_rows(result: ScanResult) -> list[OperatorRow]:
     return rows
 
 
+def _pick(value, keys):
+    """A number, or the first of ``keys`` when the summary nests {verdict: {count, share}}."""
+    if isinstance(value, dict):
+        return next((value[k] for k in keys if k in value), 0)
+    return value
+
+
 def verdict_counts(result: ScanResult) -> dict[str, int]:
     """Operator signatures per verdict: from the summary when present, else counted."""
     summary = result.summary or {}
     for key in ("verdict_counts", "counts", "verdicts"):
         given = summary.get(key)
         if isinstance(given, dict) and given:
-            return {v: int(given.get(v, 0) or 0) for v in VERDICTS}
+            try:
+                return {v: int(_pick(given.get(v), ("count", "signatures", "operators")) or 0) for v in VERDICTS}
+            except (TypeError, ValueError):
+                break
     counts = {v: 0 for v in VERDICTS}
     for op in result.operators:
         counts[verdict_of(op)] += 1
@@ -155,11 +170,11 @@ def verdict_counts(result: ScanResult) -> dict[str, int]:
 def verdict_time_share(result: ScanResult) -> dict[str, float]:
     """Share (0..1) of measured operator time per verdict."""
     summary = result.summary or {}
-    for key in ("time_share", "verdict_time_share", "time_share_by_verdict"):
+    for key in ("time_share", "verdict_time_share", "time_share_by_verdict", "verdicts"):
         given = summary.get(key)
         if isinstance(given, dict) and given:
             try:
-                return {v: float(given.get(v, 0.0) or 0.0) for v in VERDICTS}
+                return {v: float(_pick(given.get(v), ("time_share", "share")) or 0.0) for v in VERDICTS}
             except (TypeError, ValueError):
                 break
     total = total_time_us(result)
@@ -199,7 +214,7 @@ def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
     by_name: dict[str, dict] = {}
     for op in result.operators:
         verdict = verdict_of(op)
-        if verdict not in BLOCKING:
+        if verdict not in BLOCKING or not op.verdict:  # no verdict computed is not a finding
             continue
         entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": ""})
         entry["time"] += op_time_us(op)

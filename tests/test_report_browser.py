@@ -1,0 +1,146 @@
+"""Open the HTML report in a real headless browser (Debian's chromium via playwright).
+
+Renders, filters hide rows, no console errors, nothing from the scan runs as script.
+Skips with the reason when chromium or playwright is missing (CI installs both).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opscope.report.render import write_reports
+from test_report_fixtures import realistic_scan
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("OPSCOPE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+SHOWCASE = Path("/tmp/opscope-report.png")
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_report(browser):
+    """Open a report file; returns (page, errors) where errors collects console errors."""
+    pages = []
+
+    def _open(path: Path):
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda req: None if req.url.startswith(("file:", "data:")) else errors.append(
+            f"network request: {req.url}"))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_selector("#ops tbody tr")
+        pages.append(page)
+        return page, errors
+
+    yield _open
+    for page in pages:
+        page.close()
+
+
+def _rows(page) -> int:
+    return page.locator("#ops tbody tr").count()
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    """Scan the bundled example for 2 steps, as a user would."""
+    out = tmp_path_factory.mktemp("example-run")
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(ROOT / "examples" / "train_cnn.py"),
+                           "--steps", "2", "--out", str(out), "--format", "html,xlsx", "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_bundled_example_report_renders_and_filters(example_run, open_report, tmp_path):
+    report = example_run / "report.html"
+    assert (example_run / "report.xlsx").is_file()
+    page, errors = open_report(report)
+    assert page.title().startswith("opscope readiness report")
+    assert page.locator("#readiness-score").inner_text()
+    assert page.locator("#charts img").count() >= 2
+    assert page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+    total = _rows(page)
+    assert total > 5
+
+    page.fill("#op-filter", "conv")
+    filtered = _rows(page)
+    assert 0 < filtered < total
+    assert all("conv" in t.lower() for t in page.locator("#ops tbody tr").all_inner_texts())
+    page.fill("#op-filter", "")
+    assert _rows(page) == total
+
+    page.locator("#ops th[data-key=time_ms]").click()  # sort: largest time first
+    times = [float(t) for t in page.locator("#ops tbody tr td:nth-child(6)").all_inner_texts()]
+    assert times == sorted(times, reverse=True)
+
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    page.fill("#op-filter", "conv")  # a screenshot of a reasonable height, showing the filter at work
+    page.screenshot(path=str(SHOWCASE), full_page=True)
+    assert errors == []
+
+
+def test_verdict_filter_hides_rows(open_report, tmp_path):
+    (report,) = write_reports(realistic_scan(), tmp_path, ("html",))
+    page, errors = open_report(report)
+    assert _rows(page) == 8
+    page.select_option("#op-verdict", "unsupported")
+    assert page.locator("#ops tbody tr").all_inner_texts()[0].startswith("torchvision::roi_align")
+    assert _rows(page) == 1
+    page.select_option("#op-verdict", "blocking")
+    assert sorted(page.locator("#ops tbody tr").evaluate_all("rs => rs.map(r => r.dataset.verdict)")) == [
+        "cpu-fallback", "unknown", "unsupported"]
+    page.locator('a[data-filter-verdict="native"]').click()  # summary verdict links filter too
+    assert _rows(page) == 4
+    assert errors == []
+
+
+def test_script_in_user_data_is_shown_not_run(open_report, tmp_path):
+    (report,) = write_reports(realistic_scan(evil=True), tmp_path, ("html",))
+    page, errors = open_report(report)
+    assert page.evaluate("window.__pwned") is None
+    assert page.evaluate("document.querySelectorAll('script').length") == 2
+    page.fill("#op-filter", "pwned")
+    assert "<script>window.__pwned=1</script>" in page.locator("#ops tbody tr").first.inner_text()
+    assert "<script>window.__pwned=1</script>" in page.locator("#scan-meta").inner_text()
+    assert errors == []
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("report_speed", ROOT / "bench" / "report_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_five_thousand_operators_stay_usable(open_report, tmp_path):
+    (report,) = write_reports(_bench().synthetic_scan(5000), tmp_path, ("html",))
+    page, errors = open_report(report)
+    assert _rows(page) == 100  # one page at a time, not 5,000 DOM rows
+    assert "of 5000" in page.locator("#op-count").inner_text()
+    page.click("#op-next")
+    assert "Rows 101" in page.locator("#op-count").inner_text()
+    page.fill("#op-filter", "aten::gelu")
+    assert "of 250" in page.locator("#op-count").inner_text()
+    assert errors == []
