@@ -133,3 +133,24 @@ def test_report_command_bad_input_is_one_line(tmp_path, capsys, content, message
 def test_report_command_rejects_unknown_format(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--format", "pdf"]) == 2
     assert "--format" in capsys.readouterr().err
+
+
+def test_charts_cope_with_rank_changes_and_odd_dims():
+    """Real scans record rank changes as {"dim": null, "what": "rank"}; charts and tables must cope."""
+    from opscope.model import DynamicShape
+    from opscope.report import charts
+
+    scan = realistic_scan()
+    scan.dynamic_shapes.append(DynamicShape(
+        op="aten::view", source="train.py:31", cause="input-varies",
+        varying_dims=[{"arg": 0, "dim": None, "values": [2, 3], "what": "rank"}],
+        shapes_per_step={"1": [[[16, 22], []]], "2": [[[16, 23, 32], []]]}))
+    scan.dynamic_shapes.append(DynamicShape(op="aten::odd", source=None, cause="host-sync",
+                                            varying_dims=[{"arg": "x"}], shapes_per_step={"one": None, "2": None}))
+    uri = charts.dynamic_shapes_per_step(scan)
+    assert uri.startswith("data:image/svg+xml;base64,")
+    import base64
+    svg = base64.b64decode(uri.split(",", 1)[1]).decode()
+    assert "<svg" in svg
+    html = render_html(scan, charts={})
+    assert "arg0.rank: 2, 3" in html and "arg0.dim0: 32, 8" in html

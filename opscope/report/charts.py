@@ -76,56 +76,86 @@ def top_operators(result: ScanResult, limit: int = 15) -> str | None:
     return _to_data_uri(fig)
 
 
-def _dim_values(shapes, arg: int, dim: int) -> list:
+def _dim_values(shapes, arg: int, dim: int | None) -> list:
+    """Size of ``arg``'s dimension ``dim`` in each signature (its rank when dim is None)."""
     values = []
     for signature in shapes or []:
         try:
-            values.append(signature[arg][dim])
+            shape = signature[arg]
+            values.append(len(shape) if dim is None else shape[dim])
         except (IndexError, KeyError, TypeError):
             continue
     return values
 
 
+def _as_int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _chart_dim(varying_dims):
+    """The dimension to plot: the first sized one, else the first rank change."""
+    dims = [d for d in varying_dims or [] if isinstance(d, dict) and _as_int(d.get("arg")) is not None]
+    sized = [d for d in dims if _as_int(d.get("dim")) is not None]
+    if sized:
+        return sized[0]["arg"], sized[0]["dim"], f"arg{sized[0]['arg']}.dim{sized[0]['dim']}"
+    if dims:
+        return dims[0]["arg"], None, f"arg{dims[0]['arg']} rank"
+    return None
+
+
 def dynamic_shapes_per_step(result: ScanResult, limit: int = 8) -> str | None:
-    """Value of each dynamic op's first varying dimension in every step it ran."""
-    series = []
-    for ds in result.dynamic_shapes[:limit]:
-        per_step = ds.shapes_per_step or {}
-        dims = ds.varying_dims or []
-        first = dims[0] if dims and isinstance(dims[0], dict) else None
+    """Size of each dynamic op's varying dimension in every step it ran."""
+    series, seen = [], set()
+    for ds in result.dynamic_shapes:
+        chosen = _chart_dim(ds.varying_dims)
+        label = f"{ds.op} {chosen[2]}" if chosen else f"{ds.op} (#shapes)"
+        if label in seen:
+            continue
         points = []
-        for step, shapes in per_step.items():
+        for step, shapes in (ds.shapes_per_step or {}).items():
             try:
                 x = int(step)
             except (TypeError, ValueError):
                 continue
-            if first is not None:
-                ys = _dim_values(shapes, int(first.get("arg", 0)), int(first.get("dim", 0)))
-            else:
-                ys = [len(shapes or [])]
+            ys = _dim_values(shapes, chosen[0], chosen[1]) if chosen else [len(shapes or [])]
             points += [(x, y) for y in ys if isinstance(y, (int, float))]
         if points:
-            label = f"{ds.op} arg{first.get('arg')}.dim{first.get('dim')}" if first else f"{ds.op} (#shapes)"
-            series.append((_short(label), sorted(points)))
+            seen.add(label)
+            series.append((_short(label), sorted(set(points))))
+        if len(series) >= limit:
+            break
     if not series:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for label, points in series:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xlabel("step")
     from matplotlib.ticker import MaxNLocator
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    width = 0.6 / max(1, len(series))  # side by side within a step, like grouped bars
+    for i, (label, points) in enumerate(series):
+        offset = (i - (len(series) - 1) / 2) * width
+        ax.scatter([p[0] + offset for p in points], [p[1] for p in points], s=18, label=label)
+    ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("dimension size")
     ax.set_title("Shapes per step of dynamic operators")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _to_data_uri(fig)
 
 
+CHARTS = {"time_by_verdict": time_by_verdict, "top_operators": top_operators,
+          "dynamic_shapes": dynamic_shapes_per_step}
+
+
 def all_charts(result: ScanResult) -> dict[str, str | None]:
-    return {
-        "time_by_verdict": time_by_verdict(result),
-        "top_operators": top_operators(result),
-        "dynamic_shapes": dynamic_shapes_per_step(result),
-    }
+    """Every chart; one that cannot be drawn from odd scan data is left out with a warning,
+    because a missing chart must never cost the user the whole report."""
+    import warnings
+
+    charts = {}
+    for name, draw in CHARTS.items():
+        try:
+            charts[name] = draw(result)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            warnings.warn(f"opscope: chart {name} left out of the report: {exc!r}", RuntimeWarning, stacklevel=2)
+            charts[name] = None
+    return charts

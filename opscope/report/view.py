@@ -101,7 +101,9 @@ def fmt_dims(varying_dims) -> str:
     for d in varying_dims or []:
         if isinstance(d, dict):
             values = ", ".join(str(v) for v in d.get("values", []) or [])
-            parts.append(f"arg{d.get('arg', '?')}.dim{d.get('dim', '?')}: {values}")
+            where = f"arg{d.get('arg', '?')}." + (f"dim{d['dim']}" if d.get("dim") is not None
+                                                   else str(d.get("what") or "rank"))
+            parts.append(f"{where}: {values}")
         else:
             parts.append(str(d))
     return "; ".join(parts)
