@@ -144,11 +144,10 @@ def group_root_causes(dynamic: list[DynamicShape]) -> list[RootCause]:
         rc = groups.get(key)
         if rc is None:
             rc = groups[key] = RootCause(source=d.root_cause, cause=d.cause, suggestion=d.suggestion)
+            # the first dynamic op of this root (execution order) shows the varying input best
+            rc.varying_dims = list(d.varying_dims)
         if d.op not in rc.ops:
             rc.ops.append(d.op)
-        for dim in d.varying_dims:
-            if dim.get("arg") == 0 and dim not in rc.varying_dims:
-                rc.varying_dims.append(dim)
     out = sorted(groups.values(), key=lambda r: -len(r.ops))
     for rc in out:
         rc.evidence = f"{len(rc.ops)} operator(s) changed input shapes after the first step; their data comes from this line"

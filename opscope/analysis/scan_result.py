@@ -57,8 +57,9 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
         steps=steps, operators=operators, dynamic_shapes=dynamic, root_causes=roots,
         findings=runtime_findings, traces=meta.get("traces", []),
     )
-    if steps and len([s for s in steps if s.complete]) < settings.get("steps", 0) and complete:
-        result.notes.append(f"the script finished after {len(steps)} step(s), fewer than --steps "
+    done = len([s for s in steps if s.complete])
+    if steps and done < settings.get("steps", 0) and complete:
+        result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
     if not steps:
         result.notes.append("no step was captured: the script made no optimizer step or module call "

@@ -12,6 +12,27 @@ from opscope.model import OpCall
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
 
 
+def _private_patterns() -> list[str]:
+    import yaml
+    from opscope.resources import support_matrix_dir
+    with open(support_matrix_dir() / "backend_private_ops.yaml", encoding="utf-8") as fh:
+        return yaml.safe_load(fh)["patterns"]
+
+
+_PRIVATE = _private_patterns()
+_private_cache: dict[str, bool] = {}
+
+
+def is_backend_private(name: str) -> bool:
+    """mkldnn_*/cudnn_*/_nnpack_*...: an implementation detail of the scanning machine."""
+    hit = _private_cache.get(name)
+    if hit is None:
+        from fnmatch import fnmatchcase
+        short = name.split("::", 1)[-1]
+        hit = _private_cache[name] = name.startswith("aten::") and any(fnmatchcase(short, p) for p in _PRIVATE)
+    return hit
+
+
 def is_operator(name: str) -> bool:
     """ATen and other dispatcher ops (``ns::op``); not profiler bookkeeping or annotations."""
     return "::" in name and not name.startswith(BOOKKEEPING_PREFIXES) and " " not in name.split("::", 1)[0]
@@ -51,7 +72,8 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     calls: list[OpCall] = []
     by_corr: dict[int, OpCall] = {}
     seq_source: dict[int, tuple] = {}
-    stack: list[tuple] = []  # (end_ns, event_name, OpCall|None, annotation|None, phase|None, seq)
+    # (end_ns, event_name, OpCall|None, annotation|None, phase|None, backward seq, private)
+    stack: list[tuple] = []
     thread = None
     pending_backward: list[tuple[OpCall, int]] = []
     for e in cpu:
@@ -72,6 +94,18 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
                 annotation = table_entries[int(name[8:])]
             except (ValueError, IndexError):
                 annotation = None
+        elif is_operator(name) and any(s[6] for s in stack):
+            # inside a backend-private kernel: its time is already in the public ancestor
+            stack.append((end, name, None, None, None, None, True))
+            continue
+        elif is_operator(name) and is_backend_private(name):
+            owner = next((s[2] for s in reversed(stack) if s[2] is not None), None)
+            if owner is not None:
+                label = f"{name} (backend-private)"
+                if label not in owner.children:
+                    owner.children.append(label)
+            stack.append((end, name, None, None, None, None, True))
+            continue
         elif is_operator(name):
             parent_op = next((s[2] for s in reversed(stack) if s[2] is not None), None)
             ann = next((s[3] for s in reversed(stack) if s[3] is not None), None)
@@ -100,14 +134,14 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
                 parent_op.self_time_us -= op.total_time_us
                 if name not in parent_op.children:
                     parent_op.children.append(name)
-            if ph == "forward" and op.seq_nr >= 0 and op.source and parent_op is None:
+            if ph == "forward" and op.seq_nr >= 0 and op.source:
                 seq_source.setdefault(op.seq_nr, (op.source, op.origin, op.origin_cause))
             if ph == "backward" and bw_seq is not None:
                 pending_backward.append((op, bw_seq))
             calls.append(op)
             by_corr[e.correlation_id()] = op
         stack.append((end, name, op, annotation, phase,
-                      e.sequence_nr() if phase == "backward" else None))
+                      e.sequence_nr() if phase == "backward" else None, False))
     for op, seq in pending_backward:
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node

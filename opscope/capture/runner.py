@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +30,6 @@ class ChildOutcome:
     steps: int = 0
     returncode: int | None = None
     extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.kind in ("finished", "steps-reached") or (self.kind == "exit" and self.code == 0 and False)
 
 
 def resolve_device(requested: str) -> str:
@@ -91,7 +89,10 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     if device == "cpu":
         child_env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
-    proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
+                            stderr=subprocess.PIPE)
+    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+    relay.start()
     started = time.monotonic()
     timed_out = False
     steps_file = capture_dir / "steps.jsonl"
@@ -124,6 +125,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         # the script's own children (DataLoader workers, spawned ranks) go with it
         if proc.poll() is not None:
             _signal_group(proc, signal.SIGKILL)
+    relay.join(timeout=5)
     outcome = _read_outcome(capture_dir, proc.returncode)
     if timed_out:
         outcome.kind = "timeout"
@@ -131,6 +133,23 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     if progress is not None:
         progress(_count_lines(steps_file))
     return outcome
+
+
+_PROFILER_CHATTER = re.compile(rb"^(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]")
+
+
+def _relay_stderr(stream) -> None:
+    """Pass the script's stderr through, minus the profiler's own start/stop chatter."""
+    out = getattr(sys.stderr, "buffer", None)
+    for line in iter(stream.readline, b""):
+        if _PROFILER_CHATTER.match(line):
+            continue
+        if out is not None:
+            out.write(line)
+            out.flush()
+        else:  # pragma: no cover - stderr replaced by a text stream (tests)
+            sys.stderr.write(line.decode(errors="replace"))
+    stream.close()
 
 
 def _signal_group(proc, sig) -> None:

@@ -1,0 +1,16 @@
+"""Trains one step, then waits forever (like a dead collective or a stuck data source)."""
+import time
+
+import torch
+import torch.nn as nn
+
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 100):
+    loss = model(torch.randn(4, 8)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 1:
+        while True:
+            time.sleep(0.1)
