@@ -39,6 +39,36 @@ def _user_frame_summary(exc: BaseException, script: str) -> str:
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
 
 
+def _resolve_device(requested: str) -> str:
+    from opscope.capture.runner import resolve_device
+    return resolve_device(requested)
+
+
+def _analyse(config, out_dir: Path, device, kind, code, message, where, steps, write_outcome) -> None:
+    """Analyse here, where torch is already imported: the parent then only reads scan.json.
+
+    If this fails or is killed, the parent analyses the capture itself (slower, same result).
+    """
+    import time
+    from opscope.analysis.scan_result import build_scan_result
+    from opscope.capture.runner import ChildOutcome
+    from opscope.report.csv_out import write_operators_csv
+    from opscope.report.json_out import write_scan_json
+    try:
+        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where, steps=steps)
+        result = build_scan_result(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
+                                   settings=config.get("settings", {}), outcome=outcome,
+                                   started_at=config.get("started_at"),
+                                   duration_s=time.time() - config.get("started_epoch", time.time()),
+                                   static_paths=[] if config.get("static", True) else None,
+                                   target=config.get("target"))
+        write_scan_json(result, out_dir / "scan.json")
+        write_operators_csv(result, out_dir / "operators.csv")
+        write_outcome(kind, code, message, where, analysed=True, device=device)
+    except Exception:  # the parent will analyse; keep the reason for a bug report
+        (out_dir / "capture" / "analysis_error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+
+
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
@@ -46,15 +76,21 @@ def main(config_path: str) -> int:
     outcome_path = out_dir / "capture" / "outcome.json"
     (out_dir / "capture").mkdir(parents=True, exist_ok=True)
 
-    def write_outcome(kind: str, code=None, message: str = "", where: str | None = None):
+    def write_outcome(kind: str, code=None, message: str = "", where: str | None = None, **extra):
         data = {"kind": kind, "code": code, "message": message, "where": where,
-                "steps": session.step_index if session else 0}
+                "steps": session.step_index if session else 0, **extra}
         tmp = outcome_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         tmp.replace(outcome_path)
 
     session = None
     from opscope.capture.session import CaptureSession, StopScan
+    try:
+        device = _resolve_device(config.get("device", "auto"))
+    except Exception as exc:  # a UserError: the parent prints it as one line
+        outcome_path.write_text(json.dumps({"kind": "usage", "code": 2, "message": str(exc), "steps": 0}))
+        return 2
+    config["device"] = device
 
     def on_term(signum, frame):
         raise StopScan("timeout")
@@ -64,9 +100,9 @@ def main(config_path: str) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     session = CaptureSession(out_dir, steps=config["steps"], step_marker=config.get("step_marker", "auto"),
                              user_root=os.path.dirname(os.path.abspath(script)),
-                             remap=config.get("remap", False),
+                             remap=device == "cpu",
                              export_traces=config.get("export_traces", True))
-    ctx = _Context(session, config.get("device", "cpu"), out_dir)
+    ctx = _Context(session, device, out_dir)
     for spec in config.get("plugins", []):
         module_name, _, func_name = spec.partition(":")
         getattr(importlib.import_module(module_name), func_name or "install")(ctx)
@@ -77,6 +113,9 @@ def main(config_path: str) -> int:
     except StopScan as stop:
         kind = "timeout" if stop.reason == "timeout" else "steps-reached"
         message = stop.reason
+        if kind == "timeout":
+            limit = (config.get("settings") or {}).get("timeout") or 0
+            message = f"the script did not finish {config['steps']} steps within --timeout {limit:g}s"
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         kind = "exit"
@@ -98,10 +137,13 @@ def main(config_path: str) -> int:
             write_outcome(kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()
+    if config.get("analyse", True):
+        _analyse(config, out_dir, device, kind, code, message, where, session.step_index, write_outcome)
+    sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.
     os._exit(0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1]))

@@ -65,29 +65,34 @@ def _npu_available() -> bool:
 
 def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
-               step_marker: str = "auto", export_traces: bool = True, progress=None) -> ChildOutcome:
+               step_marker: str = "auto", export_traces: bool = True, progress=None,
+               analyse: bool = False, settings: dict | None = None, target: str | None = None,
+               static: bool = True) -> ChildOutcome:
     """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
 
+    ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
+    With ``analyse`` the child also writes scan.json (``outcome.extra["analysed"]``).
     ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
-    script itself: those come back in the outcome.
+    script itself: those come back in the outcome; a bad ``device`` raises UserError.
     """
     out_dir = Path(out_dir)
     capture_dir = out_dir / "capture"
     capture_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "analysis_error.txt"):
         (capture_dir / stale).unlink(missing_ok=True)
     config = {
         "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
         "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
-        "step_marker": step_marker, "export_traces": export_traces,
+        "step_marker": step_marker, "export_traces": export_traces, "analyse": analyse,
+        "settings": settings or {"steps": steps}, "target": target, "static": static,
+        "started_epoch": time.time(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
     config_path = capture_dir / "config.json"
     config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    if device == "cpu":
-        child_env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
@@ -127,6 +132,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
             _signal_group(proc, signal.SIGKILL)
     relay.join(timeout=5)
     outcome = _read_outcome(capture_dir, proc.returncode)
+    if outcome.kind == "usage":
+        raise UserError(outcome.message)
     if timed_out:
         outcome.kind = "timeout"
         outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
@@ -178,4 +185,5 @@ def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:
         return ChildOutcome("killed", returncode, f"the script process ended abruptly (exit status {returncode})",
                             returncode=returncode)
     return ChildOutcome(kind=data.get("kind", "killed"), code=data.get("code"), message=data.get("message", ""),
-                        where=data.get("where"), steps=data.get("steps", 0), returncode=returncode)
+                        where=data.get("where"), steps=data.get("steps", 0), returncode=returncode,
+                        extra={k: data[k] for k in ("analysed", "device") if k in data})

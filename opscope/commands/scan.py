@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
 import time
 from pathlib import Path
 
@@ -81,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
         resolve_target(args.target)
     except ImportError:
         pass  # fail fast on an unknown torch_npu version, before running anything
-    from opscope.capture.runner import resolve_device, run_script
-    device = resolve_device(args.device)
+    from opscope.capture.runner import run_script
+    if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
+        raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
-                "timeout": args.timeout, "target": args.target, "requested_device": args.device,
-                "remap": device == "cpu"}
+                "timeout": args.timeout, "target": args.target, "requested_device": args.device}
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
@@ -97,15 +96,29 @@ def run(args: argparse.Namespace) -> int:
             status.update(f"running {script.name} under the profiler: step {min(done, args.steps)}/{args.steps}")
 
     try:
-        outcome = run_script(str(script), args.script_args, out, args.steps, device=device, timeout=args.timeout,
-                             step_marker=args.step_marker, export_traces=not args.no_traces, progress=progress)
+        outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
+                             timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
+                             progress=progress, analyse=True, settings=settings, target=args.target)
     finally:
         status.stop()
-    from opscope.analysis.scan_result import build_scan_result
-    result = build_scan_result(out, script=str(script), argv=args.script_args, device=device, settings=settings,
-                               outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                               static_paths=[], target=args.target)
-    written = _write_outputs(result, out, formats)
+    result = None
+    if outcome.extra.get("analysed"):
+        from opscope.report.json_out import read_scan_json
+        try:
+            result = read_scan_json(out / "scan.json")
+        except UserError:
+            result = None
+    if result is None:  # the child could not analyse (killed, crashed): do it here
+        from opscope.analysis.scan_result import build_scan_result
+        from opscope.report.csv_out import write_operators_csv
+        from opscope.report.json_out import write_scan_json
+        result = build_scan_result(out, script=str(script), argv=args.script_args,
+                                   device=outcome.extra.get("device", args.device), settings=settings,
+                                   outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                                   static_paths=[], target=args.target)
+        write_scan_json(result, out / "scan.json")
+        write_operators_csv(result, out / "operators.csv")
+    written = _write_outputs(result, out, formats, tables=False)
     if not args.quiet:
         from opscope.report.terminal import print_summary
         print_summary(result, Console())
@@ -121,10 +134,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
+def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
-    written = [write_scan_json(result, out / "scan.json"), write_operators_csv(result, out / "operators.csv")]
+    written = [out / "scan.json", out / "operators.csv"]
+    if tables:
+        write_scan_json(result, out / "scan.json")
+        write_operators_csv(result, out / "operators.csv")
     if "sarif" in formats:
         from opscope.report.sarif import write_sarif
         written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")

@@ -1,0 +1,128 @@
+"""Scan overhead: the same training steps run plain, under `opscope scan`, and with the seed method.
+
+    python bench/scan_overhead.py [--steps 20] [--repeat 3] [--script examples/train_cnn.py] [-- ARGS]
+
+- plain: the script run for N optimizer steps with no profiler (stopped by an optimizer hook); on a
+  machine without a GPU only opscope's CUDA->CPU remap is applied, so the script can run at all;
+- opscope: `opscope scan SCRIPT --steps N` (capture, analysis, scan.json/operators.csv/traces; no
+  HTML/XLSX so we time the scan itself);
+- seed: the porting guide's method - profile each step with record_shapes, print
+  `key_averages(group_by_input_shape=True).table()` and parse the printed table.
+Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RUNNER = r'''
+import os, re, runpy, sys
+mode, steps, script = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sys.argv = [script] + sys.argv[4:]
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+state = {"n": 0, "prof": None, "rows": 0}
+ROW = re.compile(r"^\s*(\S+)\s+.*?(\[\[.*\]\])?\s*$")
+
+def start():
+    if mode == "seed":
+        state["prof"] = torch.autograd.profiler.profile(record_shapes=True)
+        state["prof"].__enter__()
+
+def end_step():
+    if mode == "seed":
+        prof = state["prof"]
+        prof.__exit__(None, None, None)
+        table = prof.key_averages(group_by_input_shape=True).table(row_limit=-1)
+        print(table)
+        ops = {}
+        for line in table.splitlines()[3:-3]:  # the seed's parser: op name + input shapes per row
+            m = ROW.match(line)
+            if m:
+                ops.setdefault(m.group(1), set()).add(m.group(2))
+        state["rows"] += len(ops)
+
+def hook(opt, args, kwargs):
+    state["n"] += 1
+    end_step()
+    if state["n"] >= steps:
+        sys.stdout.flush()
+        os._exit(0)
+    start()
+
+register_optimizer_step_post_hook(hook)
+if not torch.cuda.is_available():
+    # a GPU script needs CUDA calls remapped to run here at all: apply only opscope's remap
+    # (no profiler, no source tracking) so the baseline runs the same code path
+    from torch.overrides import TorchFunctionMode
+    from opscope.capture.remap import CudaRemapper, RuntimeFindings
+    from opscope.capture.source import UserCode
+    remap = CudaRemapper(RuntimeFindings(UserCode(os.path.dirname(os.path.abspath(script)))))
+    remap.install()
+
+    class RemapOnly(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            args, kwargs, handled, result = remap.on_call(func, args, kwargs or {})
+            return result if handled else func(*args, **kwargs)
+
+    RemapOnly().__enter__()
+start()
+runpy.run_path(script, run_name="__main__")
+'''
+
+
+def timed(cmd, env=None) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
+                         f"{proc.stderr.decode()[-1500:]}")
+    return elapsed
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--script", default=str(ROOT / "examples" / "train_cnn.py"))
+    args = parser.parse_args(argv)
+    script_args = extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"]
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = Path(tmp) / "runner.py"
+        runner.write_text(RUNNER)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        commands = {
+            "plain": [sys.executable, str(runner), "plain", str(args.steps), args.script, *script_args],
+            "opscope": [sys.executable, "-m", "opscope", "scan", args.script, "--steps", str(args.steps),
+                        "--out", str(Path(tmp) / "run"), "--format", "", "--quiet", "--", *script_args],
+            "seed": [sys.executable, str(runner), "seed", str(args.steps), args.script, *script_args],
+        }
+        times = {name: [] for name in commands}
+        for _ in range(args.repeat):  # interleave runs so machine noise hits all three alike
+            for name, cmd in commands.items():
+                times[name].append(timed(cmd, env))
+    med = {name: statistics.median(v) for name, v in times.items()}
+    print(f"script: {os.path.relpath(args.script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
+          f"repeat: {args.repeat} (median wall seconds, whole process)")
+    print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}")
+    for name in ("plain", "opscope", "seed"):
+        print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x")
+    print(f"opscope vs seed method: {med['opscope'] / med['seed']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

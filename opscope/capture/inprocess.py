@@ -1,0 +1,79 @@
+"""In-process capture for users who prefer to edit their script (seed 000's ``use_prof``)::
+
+    import opscope
+    with opscope.capture(out="runs/x", steps=5) as cap:
+        for batch in loader:
+            train_step(batch)
+            cap.step()
+
+Produces the same ``scan.json``/``operators.csv``/traces/reports as ``opscope scan``.
+Nothing is remapped: the code runs on whatever device it asks for.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import time
+from pathlib import Path
+
+from opscope.capture.runner import ChildOutcome
+from opscope.capture.session import CaptureSession
+
+
+class capture:
+    """Context manager; ``step()`` marks the end of a training step."""
+
+    def __init__(self, out: str | Path = "opscope-out", steps: int = 5, step_marker: str = "manual",
+                 target: str | None = None, formats: tuple = ("html", "xlsx"), warmup: int = 0,
+                 export_traces: bool = True, static_scan: bool = True):
+        self.out = Path(out)
+        self.steps = steps
+        self.target = target
+        self.formats = formats
+        self.settings = {"steps": steps, "warmup": warmup, "step_marker": step_marker, "timeout": None,
+                         "target": target, "requested_device": "in-process", "remap": False}
+        self.static_scan = static_scan
+        script = sys.modules["__main__"].__dict__.get("__file__") or sys.argv[0] or "<interactive>"
+        self.script = str(Path(script).resolve()) if script != "<interactive>" else script
+        root = str(Path(self.script).parent) if self.script != "<interactive>" else None
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.session = CaptureSession(self.out, steps=steps, step_marker=step_marker, user_root=root,
+                                      remap=False, export_traces=export_traces, raise_when_done=False)
+        self.result = None
+
+    def __enter__(self) -> "capture":
+        self._t0 = time.perf_counter()
+        self._started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        for stale in ("steps.jsonl", "runtime.json"):
+            (self.out / "capture" / stale).unlink(missing_ok=True)
+        self.session.start()
+        return self
+
+    def step(self) -> None:
+        """End the current step (no-op once ``steps`` steps are captured)."""
+        self.session.step()
+
+    @property
+    def done(self) -> bool:
+        return self.session.done
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.session.finish()
+        if exc is None:
+            outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)
+        else:
+            outcome = ChildOutcome("exception", 1, f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
+        from opscope.analysis.scan_result import build_scan_result
+        from opscope.commands.scan import _write_outputs
+        from opscope.capture.runner import resolve_device
+        device = "cpu"
+        try:
+            device = resolve_device("auto")
+        except Exception:
+            pass
+        self.result = build_scan_result(
+            self.out, script=self.script, argv=sys.argv[1:], device=device, settings=self.settings,
+            outcome=outcome, started_at=self._started, duration_s=time.perf_counter() - self._t0,
+            static_paths=[] if self.static_scan and self.script != "<interactive>" else None, target=self.target)
+        _write_outputs(self.result, self.out, list(self.formats))
+        return False
