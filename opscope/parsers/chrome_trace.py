@@ -1,0 +1,25 @@
+"""Chrome-trace JSON from torch.profiler / export_chrome_trace (.json, .json.gz)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.model import Profile
+from opscope.parsers.events import ProfileBuilder
+from opscope.parsers.stream import TraceReader
+
+
+def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile:
+    """Parse one trace; pass ``builder`` to merge several files (one per step) into one Profile."""
+    path = Path(path)
+    own = builder is None
+    builder = builder or ProfileBuilder("chrome-trace", path)
+    reader = TraceReader(path)
+    builder.add(reader, file_step=file_step)
+    builder.header = builder.header or reader.header
+    if not own:
+        return None
+    prof = builder.build()
+    dist = reader.header.get("distributedInfo") or {}
+    if isinstance(dist, dict) and dist.get("rank") is not None:
+        prof.rank = int(dist["rank"])
+    return prof

@@ -1,0 +1,290 @@
+"""Turn Chrome-trace events (torch, Kineto CUDA, Ascend) into a Profile.
+
+One builder serves every trace flavour: it nests host events per thread by time,
+keeps ATen-level operators, folds backend-private work (``mkldnn_*``, ``aclnn*``,
+TBE kernels, NPU runtime events) into the enclosing operator, assigns phase and step
+from the enclosing annotations, and charges device kernels to the operator that
+launched them (via launch flows or correlation ids).
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+
+from opscope.model import OpCall, Profile, Step
+from opscope.parsers.rules import rules as load_rules
+
+HOST_CATEGORIES = {"cpu_op", "user_annotation", "Operator", "operator"}
+RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime"}
+EPS = 0.01  # µs tolerance when nesting events whose times were rounded
+
+
+class _Clock:
+    """Timestamps as floats relative to the first one seen.
+
+    Ascend writes ``ts`` as a string of absolute µs (1.7e15): as a float that keeps
+    only 0.25 µs, enough to break nesting, so the integer part is rebased first.
+    """
+
+    def __init__(self):
+        self.base = None
+
+    def __call__(self, value) -> float:
+        if isinstance(value, str):
+            whole, _, frac = value.strip().partition(".")
+            whole = int(whole or 0)
+            if self.base is None:
+                self.base = whole
+            return (whole - self.base) + (float("0." + frac) if frac.strip() else 0.0)
+        value = float(value or 0.0)
+        if self.base is None:
+            self.base = int(value)
+        return value - self.base
+
+
+def _split_semicolons(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";")]
+
+
+class ProfileBuilder:
+    """Feed events (``add``), once per file if a run is split in files; then ``build``."""
+
+    def __init__(self, source_format: str, path=None):
+        self.rules = load_rules()
+        self.source_format = source_format
+        self.path = str(path) if path is not None else None
+        self.clock = _Clock()
+        self.host: dict[tuple, list] = defaultdict(list)        # (pid, tid) -> [(ts, dur, name, args, file_step)]
+        self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr)
+        self.runtime: dict = {}                                 # correlation -> (pid, tid, ts)
+        self.flow_start: dict = {}                              # id -> (pid, tid, ts)
+        self.flow_end: dict = {}                                # (pid, tid, ts) -> id
+        self.bwd_threads: set = set()
+        self.fwd_threads: set = set()
+        self.process_names: dict = {}
+        self.process_labels: dict = {}
+        self.file_step: int | None = None
+        self._shape_cache: dict = {}
+        self.header: dict = {}
+
+    # ------------------------------------------------------------------ intake
+    def add(self, events, file_step: int | None = None) -> "ProfileBuilder":
+        clock = self.clock
+        host_cats = HOST_CATEGORIES
+        kernel_cats = self.rules.device_kernel_categories
+        flow_cats = self.rules.launch_flow_categories
+        for ev in events:
+            ph = ev.get("ph")
+            cat = ev.get("cat")
+            if ph == "X":
+                if cat in host_cats:
+                    self.host[(ev.get("pid"), ev.get("tid"))].append(
+                        (clock(ev.get("ts", 0)), float(ev.get("dur") or 0.0), ev.get("name", ""),
+                         ev.get("args") or {}, file_step))
+                elif cat in RUNTIME_CATEGORIES:
+                    corr = (ev.get("args") or {}).get("correlation")
+                    if corr is not None:
+                        self.runtime[corr] = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
+                elif cat is None or cat in kernel_cats:
+                    args = ev.get("args") or {}
+                    self.maybe_kernels.append((ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)),
+                                               float(ev.get("dur") or 0.0), ev.get("name", ""), cat,
+                                               args.get("correlation")))
+            elif ph in ("s", "f"):
+                if cat in flow_cats:
+                    key = (cat, ev.get("id"))
+                    point = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
+                    if ph == "s":
+                        self.flow_start[key] = point
+                    else:
+                        self.flow_end[point] = key
+                elif cat == "fwdbwd":
+                    (self.bwd_threads if ph == "f" else self.fwd_threads).add((ev.get("pid"), ev.get("tid")))
+            elif ph == "M":
+                args = ev.get("args") or {}
+                if ev.get("name") == "process_name":
+                    self.process_names[ev.get("pid")] = args.get("name")
+                elif ev.get("name") == "process_labels":
+                    self.process_labels[ev.get("pid")] = args.get("labels")
+        return self
+
+    # ------------------------------------------------------------------ parsing helpers
+    def _shapes(self, raw):
+        if raw is None:
+            return []
+        if isinstance(raw, str):
+            cached = self._shape_cache.get(raw)
+            if cached is None:
+                parts = _split_semicolons(raw)
+                cached = [[int(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()] for p in parts]
+                self._shape_cache[raw] = cached
+            return cached
+        key = repr(raw)
+        cached = self._shape_cache.get(key)
+        if cached is None:
+            cached = self._shape_cache[key] = raw
+        return cached
+
+    def _dtypes(self, raw):
+        if raw is None:
+            return []
+        if isinstance(raw, str):
+            cached = self._shape_cache.get(("t", raw))
+            if cached is None:
+                cached = self._shape_cache[("t", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
+            return cached
+        return raw
+
+    @staticmethod
+    def _source(stack) -> str | None:
+        if not stack:
+            return None
+        frames = stack.split(";") if isinstance(stack, str) else list(stack)
+        for frame in frames:
+            frame = frame.strip()
+            if not frame or "site-packages" in frame or "/lib/python" in frame or frame.startswith("<"):
+                continue
+            path, _, rest = frame.partition("(")
+            line = rest.partition(")")[0]
+            return f"{path.rsplit('/', 1)[-1]}:{line}" if line else path
+        return None
+
+    # ------------------------------------------------------------------ build
+    def build(self) -> Profile:
+        rules = self.rules
+        device_pids = {pid for pid, name in self.process_names.items() if name in rules.device_processes}
+        kernels = [k for k in self.maybe_kernels
+                   if k[0] in device_pids or (k[5] is not None and k[5] in rules.device_kernel_categories)]
+        device = "npu" if device_pids else ("cuda" if kernels else "cpu")
+
+        calls: list[OpCall] = []
+        steps: dict[int, Step] = {}
+        fallback = defaultdict(set)            # call index -> evidence names
+        thread_index = {}                      # (pid, tid) -> (starts, nodes)
+        for thread, evs in self.host.items():
+            evs.sort(key=lambda e: (e[0], -e[1]))
+            default_phase = ("backward" if thread in self.bwd_threads and thread not in self.fwd_threads
+                             else "forward")
+            # node: [end, owner_call_index or None, phase, step, folded]
+            nodes = []
+            stack: list[int] = []
+            starts = [e[0] for e in evs]
+            for i, (ts, dur, name, args, fstep) in enumerate(evs):
+                end = ts + dur
+                while stack and not (end <= nodes[stack[-1]][0] + EPS):
+                    stack.pop()
+                parent = nodes[stack[-1]] if stack else None
+                owner = parent[1] if parent else None
+                folded = parent[4] if parent else False
+                phase = parent[2] if parent else default_phase
+                step = parent[3] if parent else fstep
+                kind = rules.kind(name)
+                if owner is not None and kind == "annotation":
+                    kind = "private"            # un-namespaced work nested in an operator
+                if folded:
+                    kind = "private"
+                if kind == "annotation":
+                    phase = rules.phase_of_annotation(name) or phase
+                    step_no = rules.step_of_annotation(name)
+                    if step_no is not None:
+                        step = step_no
+                        st = steps.setdefault(step_no, Step(index=step_no))
+                        st.duration_us += dur
+                    nodes.append([end, None, phase, step, False])
+                elif kind == "private":
+                    if owner is not None:
+                        calls[owner].children.append(name) if name not in calls[owner].children else None
+                        if device != "cpu" and rules.is_fallback_child(name):
+                            fallback[owner].add(name)
+                    nodes.append([end, owner, phase, step, owner is not None])
+                else:
+                    if owner is not None:
+                        pcall = calls[owner]
+                        pcall.self_time_us -= dur
+                        if name not in pcall.children:
+                            pcall.children.append(name)
+                    shapes = self._shapes(args.get("Input Dims"))
+                    dtypes = self._dtypes(args.get("Input type"))
+                    if len(shapes) > len(dtypes) and not any(shapes[len(dtypes):]):
+                        shapes = shapes[:len(dtypes)]   # Ascend terminates each entry with ';'
+                    call = OpCall(
+                        name=name, input_shapes=shapes, dtypes=dtypes,
+                        scalars=args.get("Concrete Inputs") or [], self_time_us=dur, total_time_us=dur,
+                        phase=phase, parent=calls[owner].name if owner is not None else None,
+                        source=self._source(args.get("Call stack")), step=step or 0,
+                        thread=thread[1] if isinstance(thread[1], int) else 0,
+                        seq_nr=int(args.get("Sequence number", -1)), start_us=ts, device="cpu")
+                    calls.append(call)
+                    nodes.append([end, len(calls) - 1, phase, step, False])
+                    if step:
+                        steps.setdefault(step, Step(index=step)).op_calls += 1
+                stack.append(i)
+            thread_index[thread] = (starts, nodes, evs)
+
+        unattributed, inserted = self._attach_kernels(kernels, thread_index, calls, device)
+        for idx, names in fallback.items():
+            calls[idx].device = "cpu"
+        for call in calls:
+            call.self_time_us = max(call.self_time_us, 0.0)
+        for st in steps.values():
+            st.phase_time_us = {}
+        prof = Profile(calls=calls, steps=[steps[k] for k in sorted(steps)], device=device,
+                       source_format=self.source_format, path=self.path)
+        prof.metadata.update({
+            "has_phases": True,
+            "device_kernels": len(kernels),
+            "device_time_unattributed_us": round(unattributed, 3),
+            "inserted_kernels": inserted,
+            "fallback_evidence": [{"op": calls[i].name, "evidence": sorted(n), "step": calls[i].step}
+                                  for i, n in sorted(fallback.items())],
+        })
+        return prof
+
+    def _launch_point(self, kernel):
+        pid, tid, ts, _dur, _name, _cat, corr = kernel
+        key = self.flow_end.get((pid, tid, ts))
+        if key is not None and key in self.flow_start:
+            return self.flow_start[key]
+        if corr is not None and corr in self.runtime:
+            return self.runtime[corr]
+        return None
+
+    def _attach_kernels(self, kernels, thread_index, calls, device):
+        """Charge each kernel to the operator enclosing its launch; collect NPU-inserted kernels."""
+        rules = self.rules
+        unattributed = 0.0
+        inserted = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0, "ops": Counter()})
+        for kernel in kernels:
+            point = self._launch_point(kernel)
+            owner = None
+            if point is not None and (point[0], point[1]) in thread_index:
+                starts, nodes, evs = thread_index[(point[0], point[1])]
+                i = bisect.bisect_right(starts, point[2] + EPS) - 1
+                # walk back to the innermost event that still contains the launch point
+                while i >= 0 and nodes[i][0] + EPS < point[2]:
+                    i -= 1
+                owner = nodes[i][1] if i >= 0 else None
+            dur = kernel[3]
+            if owner is None:
+                unattributed += dur
+            else:
+                calls[owner].device_time_us += dur
+                calls[owner].device = device
+            if rules.is_inserted_kernel(kernel[4]):
+                entry = inserted[_kernel_type(kernel[4])]
+                entry["calls"] += 1
+                entry["device_time_us"] += dur
+                entry["ops"][calls[owner].name if owner is not None else "(unattributed)"] += 1
+        return unattributed, [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
+                               "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
+
+
+def _kernel_type(name: str) -> str:
+    """'trans_TransData_12' / 'aclnnX_TransDataSpecial_TransData' -> 'TransData'; 'Cast3' -> 'Cast'."""
+    tail = name.rsplit("_", 1)
+    base = name
+    if name.startswith("aclnn") and len(tail) == 2:
+        base = tail[1]
+    elif name.startswith("trans_"):
+        base = name.split("_")[1]
+    return base.rstrip("0123456789") or name

@@ -1,0 +1,84 @@
+"""The diff rules (support_matrix/diff_rules.yaml) as fast predicates.
+
+Kept as data so that a new backend's private kernels or a new NPU-inserted cast is a
+one-line yaml change, not a code change.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from functools import lru_cache
+
+from opscope.resources import support_matrix_dir
+
+RULES_FILE = "diff_rules.yaml"
+
+
+def _matcher(patterns):
+    """One compiled regex for a list of fnmatch patterns (None when the list is empty)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+@lru_cache(maxsize=1)
+def rules() -> "CompiledRules":
+    import yaml
+
+    with open(support_matrix_dir() / RULES_FILE, encoding="utf-8") as fh:
+        return CompiledRules(yaml.safe_load(fh) or {})
+
+
+class CompiledRules:
+    """Compiled predicates over operator/kernel names."""
+
+    def __init__(self, raw: dict):
+        self.raw = raw
+        self._structural = _matcher(raw.get("structural"))
+        self._private = _matcher(raw.get("private_ops"))
+        self._inserted_ops = _matcher(raw.get("npu_inserted_ops"))
+        self._inserted_kernels = _matcher(raw.get("npu_inserted_kernels"))
+        self._fallback_children = _matcher(raw.get("fallback_children"))
+        self._step = _matcher(raw.get("step_annotations"))
+        self.phase_rules = [(_matcher([r["pattern"]]), r["phase"]) for r in raw.get("phase_annotations") or []]
+        self.fallback_log = [re.compile(p) for p in raw.get("fallback_log_patterns") or []]
+        self.device_processes = set(raw.get("device_processes") or [])
+        self.device_kernel_categories = set(raw.get("device_kernel_categories") or [])
+        self.launch_flow_categories = set(raw.get("launch_flow_categories") or [])
+        self._kind_cache: dict[str, str] = {}
+
+    def kind(self, name: str) -> str:
+        """'op' (compared), 'private' (folded into its parent op) or 'annotation'."""
+        kind = self._kind_cache.get(name)
+        if kind is None:
+            if "::" not in name or (self._structural and self._structural.match(name)):
+                kind = "annotation"
+            elif self._private and self._private.match(name):
+                kind = "private"
+            else:
+                kind = "op"
+            if self._private and self._private.match(name):
+                kind = "private"
+            self._kind_cache[name] = kind
+        return kind
+
+    def phase_of_annotation(self, name: str) -> str | None:
+        for matcher, phase in self.phase_rules:
+            if matcher.match(name):
+                return phase
+        return None
+
+    def step_of_annotation(self, name: str) -> int | None:
+        if self._step and self._step.match(name):
+            tail = name.rsplit("#", 1)[-1]
+            return int(tail) if tail.isdigit() else None
+        return None
+
+    def is_inserted_op(self, name: str) -> bool:
+        return bool(self._inserted_ops and self._inserted_ops.match(name))
+
+    def is_inserted_kernel(self, name: str) -> bool:
+        return bool(self._inserted_kernels and self._inserted_kernels.match(name))
+
+    def is_fallback_child(self, name: str) -> bool:
+        return bool(self._fallback_children and self._fallback_children.match(name))
