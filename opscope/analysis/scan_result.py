@@ -36,9 +36,10 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
 
 def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, settings: dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
-                      target: str | None = None) -> ScanResult:
+                      target: str | None = None, capture: tuple | None = None) -> ScanResult:
+    """``capture`` is ``load_capture``'s tuple when the caller already has it in memory."""
     import torch
-    calls, steps, side, runtime_findings, meta = load_capture(out_dir)
+    calls, steps, side, runtime_findings, meta = capture if capture is not None else load_capture(out_dir)
     warmup = int(settings.get("warmup", 0) or 0)
     indices = [s.index for s in steps]
     baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)

@@ -44,7 +44,7 @@ def _resolve_device(requested: str) -> str:
     return resolve_device(requested)
 
 
-def _analyse(config, out_dir: Path, device, kind, code, message, where, steps, write_outcome) -> None:
+def _analyse(config, out_dir: Path, device, kind, code, message, where, session, write_outcome) -> None:
     """Analyse here, where torch is already imported: the parent then only reads scan.json.
 
     If this fails or is killed, the parent analyses the capture itself (slower, same result).
@@ -55,13 +55,13 @@ def _analyse(config, out_dir: Path, device, kind, code, message, where, steps, w
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
     try:
-        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where, steps=steps)
+        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where, steps=session.step_index)
         result = build_scan_result(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
                                    settings=config.get("settings", {}), outcome=outcome,
                                    started_at=config.get("started_at"),
                                    duration_s=time.time() - config.get("started_epoch", time.time()),
                                    static_paths=[] if config.get("static", True) else None,
-                                   target=config.get("target"))
+                                   target=config.get("target"), capture=session.snapshot())
         write_scan_json(result, out_dir / "scan.json")
         write_operators_csv(result, out_dir / "operators.csv")
         write_outcome(kind, code, message, where, analysed=True, device=device)
@@ -138,7 +138,7 @@ def main(config_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if config.get("analyse", True):
-        _analyse(config, out_dir, device, kind, code, message, where, session.step_index, write_outcome)
+        _analyse(config, out_dir, device, kind, code, message, where, session, write_outcome)
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.

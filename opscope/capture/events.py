@@ -39,10 +39,12 @@ def is_operator(name: str) -> bool:
 
 
 def _jsonable(value):
+    if isinstance(value, list):
+        return [v if isinstance(v, (int, float, str, bool)) or v is None else _jsonable(v) for v in value]
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+    if isinstance(value, tuple):
+        return _jsonable(list(value))
     return str(value)
 
 
@@ -72,7 +74,10 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     calls: list[OpCall] = []
     by_corr: dict[int, OpCall] = {}
     seq_source: dict[int, tuple] = {}
-    # (end_ns, event_name, OpCall|None, annotation|None, phase|None, backward seq, private)
+    # Each open range carries the context its descendants inherit, so looking up the
+    # enclosing op/annotation/phase is O(1): (end_ns, parent op, annotation, phase,
+    # backward sequence number, inside a backend-private kernel)
+    root = (None, None, None, None, False)
     stack: list[tuple] = []
     thread = None
     pending_backward: list[tuple[OpCall, int]] = []
@@ -82,66 +87,68 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             stack.clear()
             thread = tid
         start = e.start_ns()
-        end = start + e.duration_ns()
+        dur = e.duration_ns()
+        end = start + dur
         while stack and stack[-1][0] <= start:
             stack.pop()
+        parent_op, ann, ph, bw_seq, private = stack[-1][1] if stack else root
         name = e.name()
-        op = None
-        annotation = None
-        phase = _phase_from(name)
         if name.startswith("opscope#"):
             try:
-                annotation = table_entries[int(name[8:])]
+                ann = table_entries[int(name[8:])]
             except (ValueError, IndexError):
-                annotation = None
-        elif is_operator(name) and any(s[6] for s in stack):
+                pass
+            stack.append((end, (parent_op, ann, ph, bw_seq, private)))
+            continue
+        if not is_operator(name):
+            phase = _phase_from(name)
+            if phase is not None:
+                ph = phase
+                if phase == "backward":
+                    bw_seq = e.sequence_nr()
+            stack.append((end, (parent_op, ann, ph, bw_seq, private)))
+            continue
+        if private:
             # inside a backend-private kernel: its time is already in the public ancestor
-            stack.append((end, name, None, None, None, None, True))
+            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
             continue
-        elif is_operator(name) and is_backend_private(name):
-            owner = next((s[2] for s in reversed(stack) if s[2] is not None), None)
-            if owner is not None:
-                label = f"{name} (backend-private)"
-                if label not in owner.children:
-                    owner.children.append(label)
-            stack.append((end, name, None, None, None, None, True))
-            continue
-        elif is_operator(name):
-            parent_op = next((s[2] for s in reversed(stack) if s[2] is not None), None)
-            ann = next((s[3] for s in reversed(stack) if s[3] is not None), None)
-            ph = next((s[4] for s in reversed(stack) if s[4] is not None), None)
-            bw_seq = next((s[5] for s in reversed(stack) if s[4] == "backward"), None)
-            if ph is None:
-                ph = "backward" if (main_thread is not None and tid != main_thread) else "forward"
-            op = OpCall(
-                name=name,
-                input_shapes=_jsonable(e.shapes()),
-                dtypes=list(e.dtypes()),
-                scalars=_jsonable(e.concrete_inputs()),
-                self_time_us=e.duration_ns() / 1000.0,
-                total_time_us=e.duration_ns() / 1000.0,
-                phase=ph,
-                parent=parent_op.name if parent_op else None,
-                source=ann[0] if ann else None,
-                origin=ann[1] if ann else None,
-                origin_cause=ann[2] if ann else None,
-                step=step,
-                thread=tid,
-                seq_nr=e.sequence_nr(),
-                start_us=start / 1000.0,
-            )
+        if is_backend_private(name):
             if parent_op is not None:
-                parent_op.self_time_us -= op.total_time_us
-                if name not in parent_op.children:
-                    parent_op.children.append(name)
-            if ph == "forward" and op.seq_nr >= 0 and op.source:
-                seq_source.setdefault(op.seq_nr, (op.source, op.origin, op.origin_cause))
-            if ph == "backward" and bw_seq is not None:
-                pending_backward.append((op, bw_seq))
-            calls.append(op)
-            by_corr[e.correlation_id()] = op
-        stack.append((end, name, op, annotation, phase,
-                      e.sequence_nr() if phase == "backward" else None, False))
+                label = f"{name} (backend-private)"
+                if label not in parent_op.children:
+                    parent_op.children.append(label)
+            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
+            continue
+        phase = ph or "forward"
+        seq_nr = e.sequence_nr()
+        op = OpCall(
+            name=name,
+            input_shapes=_jsonable(e.shapes()),
+            dtypes=list(e.dtypes()),
+            scalars=_jsonable(e.concrete_inputs()),
+            self_time_us=dur / 1000.0,
+            total_time_us=dur / 1000.0,
+            phase=phase,
+            parent=parent_op.name if parent_op is not None else None,
+            source=ann[0] if ann else None,
+            origin=ann[1] if ann else None,
+            origin_cause=ann[2] if ann else None,
+            step=step,
+            thread=tid,
+            seq_nr=seq_nr,
+            start_us=start / 1000.0,
+        )
+        if parent_op is not None:
+            parent_op.self_time_us -= op.total_time_us
+            if name not in parent_op.children:
+                parent_op.children.append(name)
+        if phase == "forward" and seq_nr >= 0 and op.source:
+            seq_source.setdefault(seq_nr, (op.source, op.origin, op.origin_cause))
+        if phase == "backward" and bw_seq is not None:
+            pending_backward.append((op, bw_seq))
+        calls.append(op)
+        by_corr[e.correlation_id()] = op
+        stack.append((end, (op, ann, ph, bw_seq, False)))
     for op, seq in pending_backward:
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node

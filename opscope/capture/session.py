@@ -68,6 +68,9 @@ class CaptureSession:
         self._step_callbacks: list = []
         self._lock = threading.Lock()
         self.dataloaders: dict[str, dict] = {}   # "file:line" -> {"drop_last": bool, "batch_size": int}
+        self.keep_in_memory = True                # the child analyses from memory, not from disk
+        self.calls: list = []
+        self.step_records: list = []
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -86,11 +89,11 @@ class CaptureSession:
         self._step_callbacks.append(callback)
 
     def _start_profiler(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and self.remapper is None:
-            activities.append(ProfilerActivity.CUDA)
-        self.prof = profile(activities=activities, record_shapes=True)
+        # torch.autograd.profiler directly: torch.profiler.profile's start probes
+        # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.
+        from torch.autograd.profiler import profile
+        use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
+        self.prof = profile(use_device=use_device, record_shapes=True, use_kineto=True)
         self.prof.__enter__()
         rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
         if self.step_index == 0 and self.module_depth == 0 and rf_cls is not None and self._setup_rf is None:
@@ -139,7 +142,7 @@ class CaptureSession:
             raise StopScan(f"captured {self.step_index} steps")
 
     def _write_step(self, prof, duration_us: float, complete: bool) -> None:
-        events = prof.profiler.kineto_results.events() if prof.profiler and prof.profiler.kineto_results else []
+        events = prof.kineto_results.events() if prof.kineto_results is not None else []
         calls = calls_from_kineto(events, self.step_index, self.table.entries, None)
         if not complete and not calls:
             self.step_index -= 1
@@ -161,6 +164,12 @@ class CaptureSession:
         }
         self._steps_file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._steps_file.flush()
+        if self.keep_in_memory:
+            self.calls.extend(calls)
+            record = dict(record)
+            record.pop("calls")
+            record["op_calls"] = calls
+            self.step_records.append(record)
 
     def finish(self) -> None:
         """Record whatever the current (partial) step has, and write run-time findings."""
@@ -186,6 +195,12 @@ class CaptureSession:
         self.write_findings()
         if not self._steps_file.closed:
             self._steps_file.close()
+
+    def snapshot(self):
+        """What ``store.load_capture`` would read back, straight from memory."""
+        from opscope.capture.store import records_to_capture
+        findings = self.findings.list() if self.findings else []
+        return records_to_capture(self.step_records, findings, self.dataloaders)
 
     def write_findings(self) -> None:
         findings = [f.to_dict() for f in self.findings.list()] if self.findings else []

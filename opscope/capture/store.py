@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opscope.model import Finding, OpCall, Step, PHASES
+from opscope.model import Finding, OpCall, PHASES, Step
 
 
 def load_capture(out_dir: Path):
-    """Return (calls, steps, side_by_step, findings, runtime_meta)."""
+    """Return (calls, steps, side_by_step, findings, meta) from the files of a capture."""
     capture_dir = Path(out_dir) / "capture"
     runtime = {}
     try:
@@ -20,10 +20,7 @@ def load_capture(out_dir: Path):
         pass
     from opscope.capture.session import _CALL_FIELDS
     columns = runtime.get("columns", _CALL_FIELDS)
-    calls: list[OpCall] = []
-    steps: list[Step] = []
-    side: dict[int, dict] = {}
-    traces: list[str] = []
+    records = []
     path = capture_dir / "steps.jsonl"
     if path.exists():
         with open(path, encoding="utf-8") as fh:
@@ -32,17 +29,28 @@ def load_capture(out_dir: Path):
                     record = json.loads(line)
                 except ValueError:
                     break  # truncated by a kill: keep the complete steps before it
-                step_calls = [OpCall(**dict(zip(columns, row))) for row in record["calls"]]
-                calls.extend(step_calls)
-                phase_time = {p: 0.0 for p in PHASES}
-                for c in step_calls:
-                    if c.parent is None:
-                        phase_time[c.phase] = phase_time.get(c.phase, 0.0) + c.total_time_us
-                steps.append(Step(index=record["step"], duration_us=round(record["duration_us"], 1),
-                                  op_calls=len(step_calls), complete=record.get("complete", True),
-                                  phase_time_us={k: round(v, 1) for k, v in phase_time.items()}))
-                side[record["step"]] = record.get("side", {})
-                if record.get("trace"):
-                    traces.append(record["trace"])
+                record["op_calls"] = [OpCall(**dict(zip(columns, row))) for row in record.pop("calls")]
+                records.append(record)
     findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
-    return calls, steps, side, findings, {"traces": traces, "dataloaders": runtime.get("dataloaders", {})}
+    return records_to_capture(records, findings, runtime.get("dataloaders", {}))
+
+
+def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
+    calls: list[OpCall] = []
+    steps: list[Step] = []
+    side: dict[int, dict] = {}
+    traces: list[str] = []
+    for record in records:
+        step_calls = record["op_calls"]
+        calls.extend(step_calls)
+        phase_time = {p: 0.0 for p in PHASES}
+        for c in step_calls:
+            if c.parent is None:
+                phase_time[c.phase] = phase_time.get(c.phase, 0.0) + c.total_time_us
+        steps.append(Step(index=record["step"], duration_us=round(record["duration_us"], 1),
+                          op_calls=len(step_calls), complete=record.get("complete", True),
+                          phase_time_us={k: round(v, 1) for k, v in phase_time.items()}))
+        side[record["step"]] = record.get("side", {})
+        if record.get("trace"):
+            traces.append(record["trace"])
+    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders}
