@@ -161,6 +161,7 @@ class ProfileBuilder:
         steps: dict[int, Step] = {}
         fallback = defaultdict(set)            # call index -> evidence names
         thread_index = {}                      # (pid, tid) -> (starts, nodes)
+        windows = []                           # (start, end, step) of step annotations
         for thread, evs in self.host.items():
             evs.sort(key=lambda e: (e[0], -e[1]))
             default_phase = ("backward" if thread in self.bwd_threads and thread not in self.fwd_threads
@@ -188,6 +189,7 @@ class ProfileBuilder:
                     step_no = rules.step_of_annotation(name)
                     if step_no is not None:
                         step = step_no
+                        windows.append((ts, end, step_no))
                         st = steps.setdefault(step_no, Step(index=step_no))
                         st.duration_us += dur
                     nodes.append([end, None, phase, step, False])
@@ -221,6 +223,7 @@ class ProfileBuilder:
                 stack.append(i)
             thread_index[thread] = (starts, nodes, evs)
 
+        _steps_by_time(calls, windows, steps)
         unattributed, inserted = self._attach_kernels(kernels, thread_index, calls, device)
         for idx, names in fallback.items():
             calls[idx].device = "cpu"
@@ -288,3 +291,18 @@ def _kernel_type(name: str) -> str:
     elif name.startswith("trans_"):
         base = name.split("_")[1]
     return base.rstrip("0123456789") or name
+
+
+def _steps_by_time(calls, windows, steps) -> None:
+    """Give calls on other threads (autograd workers) the step whose marker spans them."""
+    if not windows:
+        return
+    windows.sort()
+    starts = [w[0] for w in windows]
+    for call in calls:
+        if call.step:
+            continue
+        i = bisect.bisect_right(starts, call.start_us) - 1
+        if i >= 0 and call.start_us <= windows[i][1]:
+            call.step = windows[i][2]
+            steps[call.step].op_calls += 1

@@ -1,0 +1,92 @@
+"""`opscope diff A B`: what changed between two profiles of the same job."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.errors import EXIT_USAGE, UserError
+
+FORMATS = ("html", "xlsx", "json")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "diff", help="compare two profiles of the same job (CPU vs NPU, GPU vs NPU, before vs after)",
+        description="Compare two profiles operator by operator: operators only in one run, call-count, "
+                    "shape and dtype changes, NPU-inserted casts/format conversions, CPU fallbacks, "
+                    "per-operator time and step time / FPS. Inputs are auto-detected: profiler text logs, "
+                    "Chrome traces (.json/.json.gz), Ascend *_ascend_pt folders (or a folder of ranks), "
+                    "opscope run directories.")
+    parser.add_argument("a", metavar="A", help="the reference run (e.g. the CPU or GPU profile)")
+    parser.add_argument("b", metavar="B", help="the run to compare (e.g. the NPU profile)")
+    parser.add_argument("--batch-size", type=int, help="per-device batch size, for FPS")
+    parser.add_argument("--devices", type=int, help="devices of run B for FPS (default: ranks found)")
+    parser.add_argument("--devices-a", type=int, help="devices of run A for FPS (default: ranks found)")
+    parser.add_argument("--warmup", type=int, help="first K captured steps are warm-up and left out of the "
+                                                   "average (default: 1 when the capture starts at step 1)")
+    parser.add_argument("--log-a", metavar="FILE", help="run A's console log (for CPU-fallback warnings)")
+    parser.add_argument("--log-b", metavar="FILE", help="run B's console log (for CPU-fallback warnings)")
+    parser.add_argument("--label-a", default=None, help="name of run A in the reports (default: its device)")
+    parser.add_argument("--label-b", default=None, help="name of run B in the reports (default: its device)")
+    parser.add_argument("--out", default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
+    parser.add_argument("--format", default="html,xlsx,json", help="reports to write (default %(default)s)")
+    parser.add_argument("--top", type=int, default=15, help="rows per terminal table (default %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no terminal tables")
+    parser.set_defaults(func=run)
+
+
+def _formats(text: str) -> list[str]:
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise UserError(f"--format: unknown {', '.join(unknown)}; choose from {','.join(FORMATS)}", EXIT_USAGE)
+    return formats
+
+
+def _read_log(path):
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read log {path} ({exc.strerror}); pass an existing file", EXIT_USAGE) from None
+
+
+def _positive(name, value):
+    if value is not None and value <= 0:
+        raise UserError(f"{name} must be a positive integer, got {value}", EXIT_USAGE)
+
+
+def run(args) -> int:
+    from opscope.analysis.diff import diff_profiles
+    from opscope.parsers import load_profiles
+
+    formats = _formats(args.format)
+    for name in ("batch_size", "devices", "devices_a"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.warmup is not None and args.warmup < 0:
+        raise UserError(f"--warmup must be 0 or more, got {args.warmup}", EXIT_USAGE)
+    ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
+    label_a = args.label_a or ranks_a[0].device
+    label_b = args.label_b or ranks_b[0].device
+    if label_a == label_b and not (args.label_a or args.label_b):
+        label_a, label_b = f"A ({label_a})", f"B ({label_b})"
+    result = diff_profiles(ranks_a, ranks_b, label_a=label_a, label_b=label_b, warmup=args.warmup,
+                           batch_size=args.batch_size, devices_a=args.devices_a, devices_b=args.devices,
+                           log_a=_read_log(args.log_a), log_b=_read_log(args.log_b))
+    if not args.quiet:
+        from opscope.report.diff_terminal import print_diff
+        print_diff(result, top=args.top)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for fmt in formats:
+        if fmt == "html":
+            from opscope.report.diff_html import write_diff_html
+            path = write_diff_html(result, out / "diff.html")
+        elif fmt == "xlsx":
+            from opscope.report.diff_xlsx import write_diff_xlsx
+            path = write_diff_xlsx(result, out / "diff.xlsx")
+        else:
+            from opscope.report.diff_json import write_diff_json
+            path = write_diff_json(result, out / "diff.json")
+        print(path)
+    return 0
