@@ -69,7 +69,7 @@ class OpCall(_Record):
     seq_nr: int = -1
     start_us: float = 0.0
     children: list = field(default_factory=list)
-    device: str = "cpu"
+    device: str = "host"   # "device": touched tensors the script put on its accelerator
 
     def signature(self) -> tuple:
         return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
@@ -113,6 +113,7 @@ class Operator(_Record):
     children: list = field(default_factory=list)
     steps: list = field(default_factory=list)
     dynamic: bool = False
+    on_device: bool = True   # False: the script only ran it on host (CPU) tensors
     verdict: str | None = None
     evidence: dict = field(default_factory=dict)
     substitute: dict | None = None

@@ -190,3 +190,15 @@ def test_scan_on_cuda_records_device_time(tmp_path):
     scan = load_scan(tmp_path)
     assert scan["device"] == "cuda" and not [f for f in scan["findings"] if f["origin"] == "runtime"]
     assert sum(op["device_time_us"] for op in scan["operators"]) > 0
+
+
+def test_host_only_data_loading_is_not_an_npu_candidate(cnn_scan):
+    scan = load_scan(cnn_scan)
+    by_name = {}
+    for op in scan["operators"]:
+        by_name.setdefault(op["name"], []).append(op)
+    # the DataLoader's shuffle and collate run on host tensors in the GPU script too
+    assert all(not op["on_device"] for op in by_name["aten::randperm"])
+    assert all(not op["on_device"] for op in by_name["aten::stack"])
+    assert all(op["on_device"] for op in by_name["aten::conv2d"] + by_name["aten::convolution_backward"])
+    assert any("only ran on host tensors" in note for note in scan["notes"])

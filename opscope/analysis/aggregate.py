@@ -22,7 +22,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
         if g is None:
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
                                "phases": Counter(), "sources": Counter(), "parents": Counter(),
-                               "children": {}, "steps": set()}
+                               "children": {}, "steps": set(), "on_device": False}
         g["calls"] += 1
         g["self"] += call.self_time_us
         g["total"] += call.total_time_us
@@ -34,6 +34,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
         for child in call.children:
             g["children"].setdefault(child, None)
         g["steps"].add(call.step)
+        g["on_device"] = g["on_device"] or call.device == "device"
     operators = []
     for g in groups.values():
         first: OpCall = g["first"]
@@ -47,7 +48,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
             source=g["sources"].most_common(1)[0][0] if g["sources"] else None,
             sources=[s for s, _ in g["sources"].most_common()],
             parent=parent, top_level=parent is None, children=list(g["children"]),
-            steps=sorted(g["steps"]),
+            steps=sorted(g["steps"]), on_device=g["on_device"],
         ))
     operators.sort(key=lambda o: (-o.self_time_us, o.name))
     return operators

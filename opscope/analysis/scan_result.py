@@ -48,6 +48,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources or [op.source]))
+    host_note = _classify_host_ops(operators)
     result = ScanResult(
         script=str(Path(script).resolve()), argv=list(argv), device=device,
         torch_version=torch.__version__, complete=complete, incomplete_reason=reason,
@@ -65,6 +66,8 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if not steps:
         result.notes.append("no step was captured: the script made no optimizer step or module call "
                             "(try --step-marker module or backward)")
+    if host_note:
+        result.notes.append(host_note)
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
@@ -73,6 +76,42 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target)
     return result
+
+
+def _classify_host_ops(operators) -> str | None:
+    """Which operators would stay on the host after porting.
+
+    When the script puts tensors on its accelerator (``.cuda()``, ``device='cuda'``...),
+    operators that only ever touched host tensors (data preparation, metrics on CPU
+    tensors, model initialisation before ``.cuda()``) keep running on the CPU after the
+    port: they need no NPU kernel.  A script that never uses an accelerator is ported
+    whole, so then every operator is a candidate.
+    """
+    if not any(op.on_device for op in operators):
+        for op in operators:
+            op.on_device = True
+        return None
+    # Conservative: only set-up and data-loading work (phase "other") on host tensors is
+    # judged host-only.  Inside the training step a host tensor here may be a device tensor
+    # there (e.g. made with device=x.device after the remap), so those stay candidates.
+    for op in operators:
+        op.on_device = op.on_device or any(phase != "other" for phase in (op.phases or [op.phase]))
+    host = [op for op in operators if not op.on_device]
+    if not host:
+        return None
+    return (f"{len(host)} operator signature(s) only ran on host tensors during set-up or data loading: "
+            "they stay on the CPU after porting and need no NPU kernel")
+
+
+def _mark_host_only(result: ScanResult) -> None:
+    for op in result.operators:
+        if not op.on_device:
+            op.verdict = "not-applicable"
+            op.evidence = {"rule": "host-tensors",
+                           "detail": "only ran on host (CPU) tensors in the original script: it stays on the "
+                                     "CPU after porting, so no NPU kernel is needed",
+                           "source": op.source}
+            op.substitute = None
 
 
 def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
@@ -107,4 +146,5 @@ def _add_verdicts(result: ScanResult, target: str | None) -> None:
         return
     version = resolve_target(target)
     result.target = assign_verdicts(result.operators, version)
+    _mark_host_only(result)
     result.summary = readiness_summary(result)

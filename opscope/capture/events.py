@@ -133,6 +133,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             source=ann[0] if ann else None,
             origin=ann[1] if ann else None,
             origin_cause=ann[2] if ann else None,
+            device=ann[3] if ann else "host",
             step=step,
             thread=tid,
             seq_nr=seq_nr,
@@ -143,7 +144,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             if name not in parent_op.children:
                 parent_op.children.append(name)
         if phase == "forward" and seq_nr >= 0 and op.source:
-            seq_source.setdefault(seq_nr, (op.source, op.origin, op.origin_cause))
+            seq_source.setdefault(seq_nr, (op.source, op.origin, op.origin_cause, op.device))
         if phase == "backward" and bw_seq is not None:
             pending_backward.append((op, bw_seq))
         calls.append(op)
@@ -152,7 +153,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     for op, seq in pending_backward:
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node
-            op.source, op.origin, op.origin_cause = src
+            op.source, op.origin, op.origin_cause, op.device = src
     _attach_device_time(device, by_corr, cpu)
     for op in calls:
         op.self_time_us = max(op.self_time_us, 0.0)
@@ -182,4 +183,4 @@ def _attach_device_time(device_events, by_corr, cpu_events) -> None:
         owner = launch_owner.get(k.linked_correlation_id()) or by_corr.get(k.linked_correlation_id())
         if owner is not None:
             owner.device_time_us += k.duration_ns() / 1000.0
-            owner.device = str(k.device_type()).split(".")[-1].lower()
+            owner.device = "device"

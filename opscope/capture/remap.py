@@ -129,18 +129,24 @@ class CudaRemapper:
         self.findings = findings
         self.user_code = findings.user_code
         self._undo: list = []
+        self.moved = False
 
     # -- called by SourceTracker for every torch call --------------------------------
     def on_call(self, func, args, kwargs):
+        """Rewrite CUDA device arguments; ``self.moved`` says whether this call targeted CUDA."""
         name = getattr(func, "__name__", "")
+        self.moved = False
         if name == "cuda":
+            self.moved = True
             self.findings.record("cuda-call", "Tensor.cuda()", depth=3)
             return args, kwargs, True, args[0]
         dev = kwargs.get("device")
         if dev is not None and _is_cuda(dev):
+            self.moved = True
             kwargs = dict(kwargs, device="cpu")
             self.findings.record("cuda-device", f"{name}(device='cuda')", depth=3)
         if name == "to" and len(args) > 1 and _is_cuda(args[1]):
+            self.moved = True
             args = (args[0], "cpu") + tuple(args[2:])
             self.findings.record("cuda-device", ".to('cuda')", depth=3)
         if name in ("pin_memory",):
@@ -237,14 +243,23 @@ class CudaRemapper:
         orig_cuda, orig_to = module_cls.cuda, module_cls.to
         remapper = self
 
+        def mark(module):
+            for t in list(module.parameters()) + list(module.buffers()):
+                t._opscope_dev = True  # "on the accelerator" in the original script
+
         def cuda_(this, device=None):
             if remapper._from_user():
                 rec("cuda-call", "Module.cuda()")
+            mark(this)
             return this
 
         def to_(this, *args, **kwargs):
-            if remapper._from_user() and (any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device"))):
-                rec("cuda-device", "Module.to('cuda')")
+            if any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device")):
+                if remapper._from_user():
+                    rec("cuda-device", "Module.to('cuda')")
+                out = orig_to(this, *args, **kwargs)
+                mark(this)
+                return out
             return orig_to(this, *args, **kwargs)
 
         self._patch(module_cls, "cuda", cuda_)

@@ -58,7 +58,7 @@ _OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 class SourceTable:
-    """Interns (source, origin, cause) triples so annotations stay short: ``opscope#17``."""
+    """Interns (source, origin, cause, device|host) tuples so annotations stay short: ``opscope#17``."""
 
     def __init__(self):
         self.ids: dict[tuple, int] = {}
@@ -189,9 +189,13 @@ class SourceTracker(TorchFunctionMode):
             return func(*args, **kwargs)
         if self.boundary_pending and threading.get_ident() == self.owner_thread:
             self.on_safe_point()
+        moved = False
         if self.remapper is not None:
             args, kwargs, handled, result = self.remapper.on_call(func, args, kwargs)
+            moved = self.remapper.moved
             if handled:
+                if moved and isinstance(result, torch.Tensor):
+                    result._opscope_dev = True
                 return result
         fname = getattr(func, "__name__", "")
         if fname in _NO_OP_FUNCS or threading.get_ident() != self.owner_thread:
@@ -199,10 +203,13 @@ class SourceTracker(TorchFunctionMode):
         where = self._where()
         # origin: the newest origin among tensor inputs
         best = None
+        on_device = moved or _is_accel(kwargs.get("device"))
         for t in _iter_tensors(args):
             o = getattr(t, "_opscope_origin", None)
             if o is not None and (best is None or o.seq > best.seq):
                 best = o
+            if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
+                on_device = True
         if self.host_values:
             synced = _host_value_in(args, kwargs, self.host_values)
             if synced is not None:
@@ -210,13 +217,20 @@ class SourceTracker(TorchFunctionMode):
                 best = Origin(synced, "host-sync", self.seq)
         data_dep = fname in _DATA_DEPENDENT or (
             fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1]))
-        triple = (where, best.where if best else None, best.cause if best else None)
+        triple = (where, best.where if best else None, best.cause if best else None,
+                  "device" if on_device else "host")
         if _RecordFunction is not None:
             with _RecordFunction(f"opscope#{self.table.intern(triple)}"):
                 out = func(*args, **kwargs)
         else:  # pragma: no cover - older torch
             with torch.autograd.profiler.record_function(f"opscope#{self.table.intern(triple)}"):
                 out = func(*args, **kwargs)
+        if on_device and self.remapper is not None:
+            for t in _iter_tensors(out):
+                try:
+                    t._opscope_dev = True
+                except Exception:
+                    pass
         if fname in _HOST_SYNC and where:
             self.host_syncs.append((self.seq, where))
             for value in (out if isinstance(out, list) else [out]):
@@ -245,6 +259,14 @@ class SourceTracker(TorchFunctionMode):
                     except Exception:
                         pass
         return out
+
+
+def _is_accel(device) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, torch.device):
+        return device.type != "cpu"
+    return isinstance(device, str) and device.split(":")[0] not in ("cpu", "meta")
 
 
 def _has_bool_index(index) -> bool:
