@@ -332,10 +332,13 @@ def fallbacks_from_log(text: str, rules=None) -> list[dict]:
 
     rules = rules or load_rules()
     seen = Counter()
-    for pattern in rules.fallback_log:
-        for match in pattern.finditer(text):
-            op = match.group("op")
-            seen[op if "::" in op else f"aten::{op}"] += 1
+    for line in text.splitlines():
+        for pattern in rules.fallback_log:   # first matching pattern wins: one warning, one count
+            match = pattern.search(line)
+            if match:
+                op = match.group("op")
+                seen[op if "::" in op else f"aten::{op}"] += 1
+                break
     return [{"op": op, "evidence": "fallback warning in log", "count": n} for op, n in seen.most_common()]
 
 

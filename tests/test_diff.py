@@ -1,0 +1,162 @@
+"""opscope diff: the issue's acceptance (CPU scan of the AlexNet example vs the real NPU
+run), dtype/shape/call-count changes, fallbacks, ranks, reports and CLI errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opscope.analysis.diff import diff_profiles, fallbacks_from_log
+from opscope.cli import main
+from opscope.parsers import load_profile, load_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+NPU_RANKS = SHARED / "data" / "ascend_profiles" / "alexnet_ddp_2rank" / "text" / "level1"
+needs_shared = pytest.mark.skipif(not NPU_RANKS.is_dir(), reason="../shared/data/ascend_profiles absent")
+
+
+@pytest.fixture(scope="module")
+def alexnet_cpu_run(tmp_path_factory) -> Path:
+    """examples/train_alexnet.py scanned on the CPU for 2 steps (small batch to stay fast)."""
+    out = tmp_path_factory.mktemp("alexnet_cpu")
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(ROOT / "examples" / "train_alexnet.py"),
+                           "--steps", "2", "--out", str(out), "--quiet", "--", "-b", "4", "--samples", "16",
+                           "--dummy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+@needs_shared
+def test_acceptance_cpu_scan_vs_real_npu_run(alexnet_cpu_run, tmp_path, capsys):
+    out = tmp_path / "diff"
+    code = main(["diff", str(alexnet_cpu_run), str(NPU_RANKS), "--batch-size", "32", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Inserted by the NPU stack" in printed and "Step time and throughput" in printed
+    data = json.loads((out / "diff.json").read_text())
+    assert (out / "diff.html").stat().st_size > 0 and (out / "diff.xlsx").stat().st_size > 0
+    rows = data["operators"]
+    # the ATen operators of AlexNet match up (same name+phase; batch size differs -> shape change)
+    matched = {(r["name"], r["phase"]) for r in rows if r["status"] in ("same", "changed")}
+    for op in [("aten::conv2d", "forward"), ("aten::_convolution", "forward"), ("aten::relu_", "forward"),
+               ("aten::max_pool2d_with_indices", "forward"), ("aten::addmm", "forward"),
+               ("aten::convolution_backward", "backward"), ("aten::threshold_backward", "backward"),
+               ("aten::max_pool2d_with_indices_backward", "backward"), ("aten::mm", "backward")]:
+        assert op in matched, op
+    conv = next(r for r in rows if r["name"] == "aten::conv2d" and r["input_shapes_b"][1] == [64, 3, 11, 11])
+    assert conv["input_shapes_a"][1] == [64, 3, 11, 11] and conv["input_shapes_a"][0][0] == 4
+    assert conv["input_shapes_b"][0][0] == 32 and conv["calls_a"] == conv["calls_b"] == 1
+    # NPU-only casts / format operators are listed as inserted, with time and trigger
+    inserted = {i["name"]: i for i in data["inserted"]}
+    assert inserted["npu::npu_dtype_cast"]["kind"] == "operator"
+    assert inserted["TransData"]["device_us"] > 1000 and "aten::_convolution" in inserted["TransData"]["triggered_by"]
+    assert not [r for r in rows if r["name"] == "npu::npu_dtype_cast" and r["status"] != "inserted"]
+    # CPU-private ops are folded, never reported as missing on the NPU
+    missing = [o["name"] for o in data["only_a"]] + [r["name"] for r in rows if r["status"] == "only-a"]
+    assert not [n for n in missing if "mkldnn" in n or "nnpack" in n or "slow_conv" in n]
+    assert not [n for n in (o["name"] for o in data["only_b"]) if n.startswith("aclnn") or "::" not in n]
+    # step time / FPS: CPU warm-up step named and excluded; NPU FPS over its 2 ranks
+    assert data["a"]["step"]["warmup_steps"] == [1] and data["a"]["step"]["measured_steps"] == [2]
+    npu_step = data["b"]["step"]
+    assert npu_step["devices"] == 2 and npu_step["fps"] == pytest.approx(32 * 2 / (155985.8 / 1e6), rel=1e-3)
+    # the two NPU ranks compared with each other
+    ranks = data["ranks"]["b"]
+    assert [r["rank"] for r in ranks["ranks"]] == [0, 1] and ranks["straggler"] == 0
+    assert ranks["imbalance_pct"] == pytest.approx(100 * (155985.8 - 153888.39) / 153888.39, abs=0.01)
+
+
+def _profile_run(tmp: Path, name: str, index_dtype: str, extra_relu: bool):
+    """A small embedding+MLP job profiled per step; the variant changes a dtype and a call count."""
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    emb, lin = nn.Embedding(50, 16), nn.Linear(16, 4)
+    opt = torch.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1)
+    trace = tmp / f"{name}.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+        for _ in range(3):
+            idx = torch.randint(0, 50, (8,), dtype=getattr(torch, index_dtype))
+            h = emb(idx)
+            if extra_relu:
+                h = torch.relu(h)
+            loss = lin(torch.relu(h)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    return trace
+
+
+def test_dtype_and_call_count_changes_between_two_traces(tmp_path):
+    before = load_profile(_profile_run(tmp_path, "before", "int64", False))
+    after = load_profile(_profile_run(tmp_path, "after", "int32", True))
+    result = diff_profiles(before, after, label_a="before", label_b="after", batch_size=8)
+    emb_changes = [d for d in result.dtype_changes if d["name"] == "aten::embedding"]
+    assert emb_changes and emb_changes[0]["a"] == "long int" and emb_changes[0]["b"] == "int"
+    relu = [c for c in result.call_count_changes if c["name"] == "aten::relu" and c["phase"] == "forward"]
+    assert relu and relu[0]["calls_a"] == 1 and relu[0]["calls_b"] == 2
+    assert not result.only_a and not result.inserted and not result.fallbacks
+    assert result.a["step"]["fps"] == pytest.approx(8 / (result.a["step"]["avg_step_us"] / 1e6), rel=1e-3)
+    same = diff_profiles(before, before)
+    assert {r.status for r in same.operators} == {"same"} and not same.call_count_changes
+
+
+def test_text_table_matches_trace_of_the_same_run(tmp_path):
+    """A key_averages table (no phases, no dtypes, truncated names) diffed against a trace."""
+    trace = _profile_run(tmp_path, "run", "int64", False)
+    prof = load_profile(trace)
+    rule = "-" * 34 + "  " + "-" * 12 + "  " + "-" * 12
+    lines = [rule, f"{'Name':>34}  {'Self CPU':>12}  {'# of Calls':>12}", rule]
+    from collections import Counter
+    n_steps = len(prof.steps)
+    for name, count in Counter(c.name for c in prof.calls).items():
+        shown = name if len(name) <= 34 else name[:31] + "..."
+        lines.append(f"{shown:>34}  {'10.000us':>12}  {count // n_steps:>12}")
+    lines += [rule, "Self CPU time total: 1.000ms", ""]
+    table = tmp_path / "table.log"
+    table.write_text("\n".join(lines))
+    result = diff_profiles(prof, load_profile(table))
+    assert not result.only_a and not result.only_b, (result.only_a, result.only_b)
+    assert any("phase" in n for n in result.notes)
+
+
+def test_fallback_warnings_in_a_log():
+    log = ("[W VariableFallbackKernel.cpp] Warning: CAUTION: The operator 'aten::_ctc_loss' is not currently "
+           "supported on the NPU backend and will fall back to run on the CPU. This may have performance "
+           "implications.\n" * 3 + "Warning: The operator 'aten::unique2' is not currently supported on the NPU "
+           "backend and will fall back to run on the CPU.\n")
+    found = {f["op"]: f["count"] for f in fallbacks_from_log(log)}
+    assert found == {"aten::_ctc_loss": 3, "aten::unique2": 1}
+
+
+@needs_shared
+def test_rank_against_rank(tmp_path):
+    """Before/after style: rank 1 vs rank 0 of the same NPU run matches almost everything exactly."""
+    r0, r1 = load_profiles(NPU_RANKS)
+    result = diff_profiles(r0, r1, label_a="rank0", label_b="rank1")
+    statuses = [r.status for r in result.operators]
+    assert statuses.count("same") > 0.8 * len(statuses)
+    assert {i["name"] for i in result.inserted} == {"TransData"}     # B's kernels; A's listed too
+    assert any(i["side"] == "rank0" for i in result.inserted)
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur"')
+    good = tmp_path / "missing_dir"
+    assert main(["diff", str(broken), str(good), "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert main(["diff", str(broken), str(broken), "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all(line.startswith("opscope: error:") for line in err)
+    assert "accepted inputs" in err[-1] and "broken.json" in err[-1]
+    proc = subprocess.run([sys.executable, "-m", "opscope", "diff", str(broken), str(broken)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
