@@ -1,0 +1,642 @@
+"""Find every CUDA-specific API in a project's source without running it.
+
+The part of opscope that works when the script cannot run.  Python files are parsed
+with ``ast``; imports and simple aliases are resolved per scope, so ``t.cuda.synchronize()``
+after ``import torch as t`` is found while a user function that is merely called
+``cuda`` is not.  What counts as CUDA-specific, and what replaces it, is data:
+``support_matrix/cuda_api_rules.yaml`` (loaded by ``opscope.analysis.cuda_rules``).
+C/C++/CUDA sources are checked for CUDA kernels and custom-op registrations.
+
+``scan_source`` returns ``Hit`` objects that also carry the exact edits a safe
+mechanical rewrite would make; ``opscope.analysis.migrate`` applies those.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opscope.analysis.cuda_rules import Rule, RuleSet, load_rules
+from opscope.model import Finding
+
+PY_SUFFIXES = (".py",)
+CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "node_modules",
+                       ".tox", ".nox", ".eggs", ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist"})
+DEVICE_RX = re.compile(r"cuda(:\d+)?")
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+@dataclass
+class Edit:
+    """Replace ``old`` by ``new`` on one line, between byte columns (the AST's offsets)."""
+    line: int
+    start: int
+    end: int
+    old: str
+    new: str
+
+
+@dataclass
+class Hit:
+    """A rule matched at a place in a file: the finding plus the edits a safe rewrite makes."""
+    rule: Rule
+    line: int
+    column: int             # 1-based, in characters
+    api: str
+    message: str
+    replacement: str | None
+    edits: list = field(default_factory=list)
+    unsafe_reason: str | None = None   # why `opscope migrate` leaves it alone (None: it is rewritten)
+
+    def to_finding(self, file: str, lines: list[str]) -> Finding:
+        snippet = lines[self.line - 1].strip() if 0 < self.line <= len(lines) else None
+        return Finding(rule=self.rule.id, file=file, line=self.line, column=self.column, api=self.api,
+                       message=self.message, replacement=self.replacement, severity=self.rule.severity,
+                       snippet=snippet, origin="static")
+
+
+# --------------------------------------------------------------------------- scopes
+class _Scope:
+    __slots__ = ("parent", "is_class", "imports", "aliases", "locals", "globals")
+
+    def __init__(self, parent, is_class=False):
+        self.parent = parent
+        self.is_class = is_class
+        self.imports: dict[str, str] = {}
+        self.aliases: dict[str, ast.expr] = {}
+        self.locals: set[str] = set()
+        self.globals: set[str] = set()
+
+
+class _Binder(ast.NodeVisitor):
+    """First pass: which names each scope binds, and to what (import, alias or local)."""
+
+    def __init__(self):
+        self.scopes: dict[int, _Scope] = {}
+        self.stack: list[_Scope] = []
+        self.assigned: dict[tuple[int, str], int] = {}
+
+    def _enter(self, node, is_class=False):
+        scope = _Scope(self.stack[-1] if self.stack else None, is_class)
+        self.scopes[id(node)] = scope
+        return scope
+
+    def _bind_local(self, name: str):
+        self.stack[-1].locals.add(name)
+
+    def visit_Module(self, node):
+        self.stack.append(self._enter(node))
+        self.generic_visit(node)
+        self.stack.pop()
+
+    def _function(self, node):
+        for dec in getattr(node, "decorator_list", []):
+            self.visit(dec)
+        args = node.args
+        for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
+            self.visit(default)
+        if isinstance(node, ast.Lambda):
+            body = [node.body]
+        else:
+            self._bind_local(node.name)
+            for a in args.posonlyargs + args.args + args.kwonlyargs:
+                if a.annotation:
+                    self.visit(a.annotation)
+            body = node.body
+        scope = self._enter(node)
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+            if a is not None:
+                scope.locals.add(a.arg)
+        self.stack.append(scope)
+        for stmt in body:
+            self.visit(stmt)
+        self.stack.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_ClassDef(self, node):
+        for expr in node.decorator_list + node.bases + [k.value for k in node.keywords]:
+            self.visit(expr)
+        self._bind_local(node.name)
+        self.stack.append(self._enter(node, is_class=True))
+        for stmt in node.body:
+            self.visit(stmt)
+        self.stack.pop()
+
+    def _comprehension(self, node):
+        self.visit(node.generators[0].iter)
+        self.stack.append(self._enter(node))
+        for i, gen in enumerate(node.generators):
+            self.visit(gen.target)
+            if i:
+                self.visit(gen.iter)
+            for cond in gen.ifs:
+                self.visit(cond)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+        self.stack.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            if alias.asname:
+                self.stack[-1].imports[alias.asname] = alias.name
+            else:
+                root = alias.name.split(".")[0]
+                self.stack[-1].imports.setdefault(root, root)
+
+    def visit_ImportFrom(self, node):
+        module = "." * (node.level or 0) + (node.module or "")
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            self.stack[-1].imports[alias.asname or alias.name] = f"{module}.{alias.name}" if module else alias.name
+
+    def visit_Global(self, node):
+        self.stack[-1].globals.update(node.names)
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Assign(self, node):
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.Name, ast.Attribute)):
+            scope, name = self.stack[-1], node.targets[0].id
+            key = (id(scope), name)
+            self.assigned[key] = self.assigned.get(key, 0) + 1
+            scope.aliases[name] = node.value
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._bind_local(node.id)
+
+    def visit_arg(self, node):
+        self._bind_local(node.arg)
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self._bind_local(node.name)
+        self.generic_visit(node)
+
+    def finish(self):
+        """An alias assigned more than once (or also bound otherwise) is just a local."""
+        for scope in self.scopes.values():
+            for name in list(scope.aliases):
+                if self.assigned.get((id(scope), name), 0) > 1:
+                    del scope.aliases[name]
+        return self.scopes
+
+
+class _Resolver:
+    def __init__(self, scopes: dict[int, _Scope]):
+        self.scopes = scopes
+
+    def name(self, ident: str, scope: _Scope, depth: int = 0) -> str | None:
+        if depth > 20:
+            return None
+        first = True
+        s = scope
+        if ident in s.globals:
+            while s.parent is not None:
+                s = s.parent
+        while s is not None:
+            if s.is_class and not first:
+                s = s.parent
+                continue
+            if ident in s.imports:
+                return s.imports[ident]
+            if ident in s.aliases:
+                return self.expr(s.aliases[ident], s, depth + 1)
+            if ident in s.locals:
+                return None
+            s, first = s.parent, False
+        return None
+
+    def expr(self, node, scope: _Scope, depth: int = 0) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        base = self.name(node.id, scope, depth)
+        if base is None:
+            return None
+        return ".".join([base] + parts[::-1])
+
+
+# --------------------------------------------------------------------------- matching
+def _render_joined(node: ast.JoinedStr) -> str:
+    """f"cuda:{rank}" -> "cuda:0": enough to test it against a device pattern."""
+    out = []
+    for part in node.values:
+        out.append(part.value if isinstance(part, ast.Constant) and isinstance(part.value, str) else "0")
+    return "".join(out)
+
+
+def _string_nodes(node) -> list:
+    """The string literals an argument may evaluate to (through `a if c else b`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, ast.JoinedStr):
+        return [node]
+    if isinstance(node, ast.IfExp):
+        return _string_nodes(node.body) + _string_nodes(node.orelse)
+    return []
+
+
+def _text(node) -> str:
+    return _render_joined(node) if isinstance(node, ast.JoinedStr) else node.value
+
+
+class _Finder(ast.NodeVisitor):
+    """Second pass: apply the rules to every call, reference, string and import."""
+
+    def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes]):
+        self.rules = rules
+        self.resolve = _Resolver(scopes)
+        self.scopes = scopes
+        self.lines = lines
+        self.stack: list[_Scope] = []
+        self.hits: list[Hit] = []
+        self.consumed: set[int] = set()
+        self.seen_chains: set[int] = set()
+        self.name_rules = [r for r in rules.rules if r.names]
+        self.method_rules = [r for r in rules.rules if r.methods]
+        self.string_rules = [r for r in rules.rules if r.strings]
+        self.import_rules = [r for r in rules.rules if r.imports]
+        self._match_cache: dict[str, list] = {}
+
+    # -- positions ------------------------------------------------------------------
+    def _col(self, line: int, byte_col: int) -> int:
+        raw = self.lines[line - 1] if 0 < line <= len(self.lines) else b""
+        return len(raw[:byte_col].decode("utf-8", "replace")) + 1
+
+    def _segment(self, node) -> str | None:
+        if node.lineno != node.end_lineno:
+            return None
+        return self.lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode("utf-8", "replace")
+
+    def _edit(self, node, old: str, new: str) -> Edit | None:
+        seg = self._segment(node)
+        if seg is None or old not in seg:
+            return None
+        return Edit(node.lineno, node.col_offset, node.end_col_offset, seg, seg.replace(old, new, 1))
+
+    def _literal_edits(self, nodes, kind: str) -> list:
+        old, new = ("nccl", "hccl") if kind == "nccl" else ("cuda", "npu")
+        return [e for e in (self._edit(n, old, new) for n in nodes) if e]
+
+    # -- scopes ---------------------------------------------------------------------
+    def visit(self, node):
+        scope = self.scopes.get(id(node))
+        if scope is not None:
+            self.stack.append(scope)
+            super().visit(node)
+            self.stack.pop()
+        else:
+            super().visit(node)
+
+    def _resolve(self, node) -> str | None:
+        return self.resolve.expr(node, self.stack[-1])
+
+    def _qual_rules(self, qualname: str) -> list:
+        cached = self._match_cache.get(qualname)
+        if cached is None:
+            cached = [r for r in self.name_rules if r.matches_name(qualname)] \
+                if qualname.split(".", 1)[0] in self.rules.roots else []
+            self._match_cache[qualname] = cached
+        return cached
+
+    # -- where tests ----------------------------------------------------------------
+    def _argument(self, call: ast.Call, where: dict):
+        if where.get("kwarg"):
+            for kw in call.keywords:
+                if kw.arg == where["kwarg"]:
+                    return kw.value, True
+        idx = where.get("arg")
+        if idx is not None and len(call.args) > idx and not any(isinstance(a, ast.Starred) for a in call.args[:idx + 1]):
+            return call.args[idx], True
+        return None, False
+
+    def _test(self, call: ast.Call, where: dict):
+        """(passed, literal nodes that made it pass)."""
+        value, present = self._argument(call, where)
+        test = where.get("is")
+        if test == "truthy":
+            return present and not (isinstance(value, ast.Constant) and not value.value), []
+        if test == "not-true":
+            return not (present and isinstance(value, ast.Constant) and value.value is True), []
+        if not present:
+            return False, []
+        if test == "cuda":
+            if isinstance(value, ast.Call) and self._resolve(value.func) == "torch.device":
+                inner = value.args[0] if value.args else None
+                value = inner
+            nodes = [n for n in _string_nodes(value) if DEVICE_RX.fullmatch(_text(n))]
+            return bool(nodes), nodes
+        if test == "nccl":
+            nodes = [n for n in _string_nodes(value) if "nccl" in _text(n)]
+            return bool(nodes), nodes
+        return False, []
+
+    # -- emit -----------------------------------------------------------------------
+    def _hit(self, rule: Rule, node, line: int, byte_col: int, api: str, *, name: str = "", value: str = "",
+             edits=(), unsafe: str | None = None):
+        fill = dict(name=name or api, tail=rule.tail_of(name) if name else "", value=value,
+                    npu_value=value.replace("cuda", "npu", 1), kernels="")
+        replacement = rule.render(rule.replacement, **fill)
+        edits = [e for e in edits if e]
+        if edits:
+            unsafe = None
+        elif unsafe is None:
+            unsafe = ("needs judgement: " + (replacement or rule.id)) if rule.rewrite is None \
+                else "the expression spans several lines; edit it by hand"
+        self.hits.append(Hit(rule=rule, line=line, column=self._col(line, byte_col), api=api,
+                             message=rule.render(rule.message, **fill), replacement=replacement,
+                             edits=edits, unsafe_reason=unsafe))
+
+    def _npu_name_edit(self, rule: Rule, chain, qualname: str):
+        if rule.rewrite != "npu-name" or not qualname.startswith("torch.cuda."):
+            return None, "needs judgement: " + (rule.replacement or rule.id)
+        member = qualname[len("torch.cuda."):]
+        if member not in self.rules.safe_npu_members:
+            return None, f"torch_npu.npu.{member} is not in the list of confirmed torch_npu equivalents"
+        seg = self._segment(chain)
+        if seg is None:
+            return None, "the expression spans several lines"
+        return Edit(chain.lineno, chain.col_offset, chain.end_col_offset, seg, f"torch_npu.npu.{member}"), None
+
+    def _report_name(self, node, chain, qualname: str, call: ast.Call | None):
+        """Apply `names` rules to a resolved reference (``call`` set when it is called)."""
+        done: set[str] = set()
+        for rule in self._qual_rules(qualname):
+            if rule.id in done:
+                continue
+            literal_nodes: list = []
+            if rule.where:
+                if call is None:
+                    continue
+                ok, literal_nodes = self._test(call, rule.where)
+                if not ok:
+                    continue
+            line, col = self._position(node, chain)
+            edits, unsafe = [], None
+            if literal_nodes:
+                self.consumed.update(id(n) for n in literal_nodes)
+                edits = self._literal_edits(literal_nodes, rule.where["is"])
+            elif rule.rewrite == "npu-name":
+                edit, unsafe = self._npu_name_edit(rule, chain, qualname)
+                edits = [edit] if edit else []
+            api = qualname + ("()" if call is not None else "")
+            self._hit(rule, node, line, col, api, name=qualname, edits=edits, unsafe=unsafe)
+            done.add(rule.id)
+            if not rule.where:
+                break
+        return bool(done)
+
+    def _position(self, node, chain):
+        """The line Python reports for a call: the attribute's line for method calls."""
+        if isinstance(chain, ast.Attribute) and chain.end_lineno != chain.lineno:
+            line = chain.end_lineno
+            return line, chain.end_col_offset - len(chain.attr.encode())
+        return node.lineno, node.col_offset
+
+    # -- visitors -------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call):
+        func = node.func
+        if isinstance(func, (ast.Name, ast.Attribute)):
+            qualname = self._resolve(func)
+            if qualname is not None:
+                self._report_name(node, func, qualname, node)
+                self._skip_chain(func)
+            elif isinstance(func, ast.Attribute):
+                self._report_method(node, func)
+        self.generic_visit(node)
+
+    def _skip_chain(self, chain):
+        while isinstance(chain, ast.Attribute):
+            self.seen_chains.add(id(chain))
+            chain = chain.value
+        self.seen_chains.add(id(chain))
+
+    def _report_method(self, call: ast.Call, func: ast.Attribute):
+        done: set[str] = set()
+        for rule in self.method_rules:
+            if func.attr not in rule.methods or rule.id in done:
+                continue
+            literal_nodes: list = []
+            if rule.where:
+                ok, literal_nodes = self._test(call, rule.where)
+                if not ok:
+                    continue
+            line, col = self._position(call, func)
+            if literal_nodes:
+                self.consumed.update(id(n) for n in literal_nodes)
+                edits = self._literal_edits(literal_nodes, rule.where["is"])
+            elif rule.rewrite == "method-npu":
+                start = func.end_col_offset - len(func.attr.encode())
+                edits = [Edit(func.end_lineno, start, func.end_col_offset, func.attr, "npu")]
+            else:
+                edits = []
+            self._hit(rule, call, line, col, f".{func.attr}()", edits=edits)
+            done.add(rule.id)
+            if not rule.where:
+                break
+
+    def visit_Attribute(self, node: ast.Attribute):
+        if id(node) in self.seen_chains:
+            return
+        qualname = self._resolve(node)
+        if qualname is None:
+            self.generic_visit(node)
+            return
+        self._skip_chain(node)
+        self._report_name(node, node, qualname, None)
+
+    def visit_Name(self, node: ast.Name):
+        """A bare imported name that is not called (``if amp is not None``) is not a use:
+        its import line and its calls are reported instead."""
+
+    def visit_Constant(self, node: ast.Constant):
+        if isinstance(node.value, str) and id(node) not in self.consumed:
+            self._report_string(node, node.value)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr):
+        if id(node) not in self.consumed:
+            if self._report_string(node, _render_joined(node)):
+                return
+        self.generic_visit(node)
+
+    def _report_string(self, node, text: str) -> bool:
+        if len(text) > 64:
+            return False
+        for rule in self.string_rules:
+            if rule.matches_string(text):
+                kind = "nccl" if rule.rewrite == "hccl-string" else "cuda"
+                edits = self._literal_edits([node], kind) if rule.rewrite in ("hccl-string", "device-string") else []
+                self._hit(rule, node, node.lineno, node.col_offset, repr(text), value=text, edits=edits)
+                return True
+        return False
+
+    def _report_import(self, node, modules: list[str]):
+        for module in modules:
+            for rule in self.import_rules:
+                if rule.matches_import(module):
+                    self._hit(rule, node, node.lineno, node.col_offset, f"import {module}", value=module)
+                    return
+
+    def visit_Import(self, node):
+        self._report_import(node, [a.name for a in node.names])
+
+    def visit_ImportFrom(self, node):
+        if not node.level and node.module:
+            self._report_import(node, [node.module])
+
+
+# --------------------------------------------------------------------------- entry points
+def scan_source(source: bytes | str, path: str = "<string>", rules: RuleSet | None = None) -> list[Hit]:
+    """Hits for one Python source (raises SyntaxError/ValueError when it does not parse)."""
+    rules = rules or load_rules()
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    tree = ast.parse(data, filename=path)
+    binder = _Binder()
+    binder.visit(tree)
+    finder = _Finder(rules, binder.finish(), data.splitlines())
+    finder.visit(tree)
+    hits = _apply_context(finder.hits)
+    unique: dict[tuple, Hit] = {}
+    for hit in hits:
+        unique.setdefault((hit.rule.id, hit.line, hit.column), hit)
+    return sorted(unique.values(), key=lambda h: (h.line, h.column, h.rule.id))
+
+
+def _apply_context(hits: list[Hit]) -> list[Hit]:
+    """Drop `context: ported-file` advice in files with no other CUDA finding."""
+    if any(h.rule.context != "ported-file" for h in hits):
+        return hits
+    return []
+
+
+_CPP_BLOCK = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT)?|PYBIND11_MODULE)\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
+_GLOBAL_KERNEL = re.compile(r"__global__\s+(?:[\w:<>]+\s+)*?(\w+)\s*\(")
+
+
+def scan_cpp(text: str, path: str, rules: RuleSet | None = None) -> list[Hit]:
+    """CUDA kernels (.cu) and ops registered with TORCH_LIBRARY / PYBIND11_MODULE."""
+    rules = rules or load_rules()
+    hits: list[Hit] = []
+    name = os.path.basename(path)
+    for rule in rules.rules:
+        if rule.files and any(Path(name).match(p) for p in rule.files):
+            kernels = sorted(set(_GLOBAL_KERNEL.findall(text)))
+            listed = f" (kernels: {', '.join(kernels[:12])}{', ...' if len(kernels) > 12 else ''})" if kernels else ""
+            hits.append(Hit(rule=rule, line=1, column=1, api=name, message=rule.render(rule.message, kernels=listed),
+                            replacement=rule.replacement, unsafe_reason="a CUDA kernel needs an NPU implementation"))
+            break
+    op_rule = next((r for r in rules.rules if r.cpp), None)
+    if op_rule is None:
+        return hits
+    for block in _CPP_BLOCK.finditer(text):
+        macro, namespace, var = block.groups()
+        body = _brace_body(text, block.end() - 1)
+        for op in re.finditer(rf"\b{re.escape(var)}\s*\.\s*(?:def|impl)\s*\(\s*(?:TORCH_SELECTIVE_SCHEMA\s*\(\s*)?\"([^\"(]+)",
+                              body):
+            qual = f"{namespace}::{op.group(1).strip()}" if macro.startswith("TORCH_LIBRARY") else \
+                f"{namespace}.{op.group(1).strip()}"
+            offset = block.end() + op.start()
+            line = text.count("\n", 0, offset) + 1
+            col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+            hits.append(Hit(rule=op_rule, line=line, column=col, api=qual,
+                            message=op_rule.render(op_rule.message, value=qual),
+                            replacement=op_rule.replacement, unsafe_reason="a custom op needs an NPU kernel"))
+    return hits
+
+
+def _brace_body(text: str, open_at: int) -> str:
+    depth = 0
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1:i]
+    return text[open_at + 1:]
+
+
+def iter_source_files(paths) -> list[Path]:
+    """Python and C/C++/CUDA files under ``paths`` (files or folders), skipping venvs and VCS dirs."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            found.append(path)
+            continue
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            for fname in sorted(filenames):
+                if fname.endswith(PY_SUFFIXES) or fname.endswith(CPP_SUFFIXES):
+                    found.append(Path(dirpath) / fname)
+    return found
+
+
+def scan_file(path: Path, rules: RuleSet | None = None) -> list[Finding]:
+    """Findings for one file; a file that does not parse gives one `parse-error` finding."""
+    rules = rules or load_rules()
+    path = Path(path)
+    display = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return [_problem(display, None, f"could not read the file ({exc.strerror}); it was not scanned")]
+    if path.suffix in CPP_SUFFIXES:
+        text = data.decode("utf-8", "replace")
+        if path.suffix not in (".cu", ".cuh") and "TORCH_LIBRARY" not in text and "PYBIND11_MODULE" not in text:
+            return []
+        lines = text.splitlines()
+        return [h.to_finding(display, lines) for h in scan_cpp(text, display, rules)]
+    if not rules.keywords.search(data.decode("latin-1")):
+        return []  # no rule can match: skip the parse (keeps a 500-file project in seconds)
+    try:
+        hits = scan_source(data, display, rules)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", None) or str(exc)
+        return [_problem(display, line, f"could not parse ({msg}); this file was not scanned")]
+    lines = data.decode("utf-8", "replace").splitlines()
+    return [h.to_finding(display, lines) for h in hits]
+
+
+def _problem(file: str, line: int | None, message: str) -> Finding:
+    return Finding(rule="parse-error", file=file, line=line, column=None, api="(file)", message=message,
+                   replacement="fix the syntax (Python 3) so the file can be checked", severity="warning",
+                   origin="static")
+
+
+def scan_paths(paths, rules: RuleSet | None = None) -> list[Finding]:
+    """Static findings for files and/or project folders, in file then line order.
+
+    ``file`` is each path as given (or joined onto the given folder), so relative
+    arguments give paths relative to the current directory.
+    """
+    rules = rules or load_rules()
+    files = iter_source_files(paths)
+    findings: list[Finding] = []
+    seen: set[Path] = set()
+    for path in files:
+        key = path.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        findings.extend(scan_file(path, rules))
+    return findings
