@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--files", type=int, default=500, help="modules in the generated project")
     parser.add_argument("--no-torch", action="store_true", help="skip scanning the installed torch package")
     args = parser.parse_args(argv)
-    from opscope.analysis.cuda_rules import load_rules
+    from opscope.analysis.static_scan import load_rules
     load_rules()  # yaml load is a one-off start-up cost, not per-file work
     with tempfile.TemporaryDirectory() as tmp:
         root = make_project(Path(tmp) / "proj", args.files)

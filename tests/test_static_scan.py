@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opscope.analysis.cuda_rules import load_rules
+from opscope.analysis.static_scan import load_rules
 from opscope.analysis.findings import merge_findings
 from opscope.analysis.static_scan import scan_file, scan_paths, scan_source
 from opscope.model import Finding, ScanResult
