@@ -135,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
-    from opscope.report.csv_out import write_operators_csv
-    from opscope.report.json_out import write_scan_json
     written = [out / "scan.json", out / "operators.csv"]
-    if tables:
+    if tables:  # pandas is only imported when the tables are written here
+        from opscope.report.csv_out import write_operators_csv
+        from opscope.report.json_out import write_scan_json
         write_scan_json(result, out / "scan.json")
         write_operators_csv(result, out / "operators.csv")
     if "sarif" in formats:

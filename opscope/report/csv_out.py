@@ -1,32 +1,38 @@
-"""``operators.csv``: one row per operator signature, for spreadsheets and pandas."""
+"""``operators.csv``: one row per operator signature, for spreadsheets and pandas.
+
+Written with the standard ``csv`` module: the scan's child process writes it right after
+the run and should not pay for importing pandas.  ``pd.read_csv`` reads it back.
+"""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
-
-import pandas as pd
 
 from opscope.model import ScanResult
 
 COLUMNS = ["name", "overload", "input_shapes", "dtypes", "calls", "self_time_us", "total_time_us",
-           "device_time_us", "phase", "source", "parent", "top_level", "dynamic", "verdict", "evidence_rule",
-           "substitute"]
+           "device_time_us", "phase", "source", "parent", "top_level", "on_device", "dynamic", "verdict",
+           "evidence_rule", "substitute"]
 
 
-def operators_frame(result: ScanResult) -> pd.DataFrame:
+def operator_rows(result: ScanResult) -> list[dict]:
     rows = []
     for op in result.operators:
         rows.append({
             "name": op.name, "overload": op.overload, "input_shapes": json.dumps(op.input_shapes),
             "dtypes": json.dumps(op.dtypes), "calls": op.calls, "self_time_us": op.self_time_us,
             "total_time_us": op.total_time_us, "device_time_us": op.device_time_us, "phase": op.phase,
-            "source": op.source, "parent": op.parent, "top_level": op.top_level, "dynamic": op.dynamic,
-            "verdict": op.verdict, "evidence_rule": (op.evidence or {}).get("rule"),
+            "source": op.source, "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
+            "dynamic": op.dynamic, "verdict": op.verdict, "evidence_rule": (op.evidence or {}).get("rule"),
             "substitute": (op.substitute or {}).get("replacement") if op.substitute else None,
         })
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return rows
 
 
 def write_operators_csv(result: ScanResult, path: Path) -> Path:
-    operators_frame(result).to_csv(path, index=False)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(operator_rows(result))
     return Path(path)
