@@ -117,11 +117,8 @@ def _mark_host_only(result: ScanResult) -> None:
 def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
     if static_paths is None:
         return
-    try:  # TEMP until the static scan lands
-        from opscope.analysis.findings import merge_findings
-        from opscope.analysis.static_scan import scan_paths
-    except ImportError:
-        return
+    from opscope.analysis.findings import merge_findings
+    from opscope.analysis.static_scan import scan_paths
     files = {Path(result.script)}
     root = Path(result.script).parent
     for op in result.operators:
