@@ -9,7 +9,9 @@ launched them (via launch flows or correlation ids).
 from __future__ import annotations
 
 import bisect
+import gc
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 
 from opscope.model import OpCall, Profile, Step
 from opscope.parsers.rules import rules as load_rules
@@ -46,15 +48,40 @@ def _split_semicolons(text: str) -> list[str]:
     return [part.strip() for part in text.split(";")]
 
 
+def _freeze(value):
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@contextmanager
+def _gc_paused():
+    """Loading creates millions of long-lived objects; the cyclic GC would rescan them
+    over and over (it doubled the load time of a 100 MB trace) and none are cyclic."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class ProfileBuilder:
-    """Feed events (``add``), once per file if a run is split in files; then ``build``."""
+    """Feed events (``add``), once per file if a run is split in files; then ``build``.
+
+    Only the fields the Profile needs are kept, and repeated values (names, shapes,
+    dtype lists) are shared, so memory stays proportional to the operators, not to
+    the trace text.
+    """
 
     def __init__(self, source_format: str, path=None):
         self.rules = load_rules()
         self.source_format = source_format
         self.path = str(path) if path is not None else None
         self.clock = _Clock()
-        self.host: dict[tuple, list] = defaultdict(list)        # (pid, tid) -> [(ts, dur, name, args, file_step)]
+        # (pid, tid) -> [(ts, dur, name, shapes, dtypes, scalars, seq, stack, file_step)]
+        self.host: dict[tuple, list] = defaultdict(list)
         self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr)
         self.runtime: dict = {}                                 # correlation -> (pid, tid, ts)
         self.flow_start: dict = {}                              # id -> (pid, tid, ts)
@@ -63,13 +90,29 @@ class ProfileBuilder:
         self.fwd_threads: set = set()
         self.process_names: dict = {}
         self.process_labels: dict = {}
-        self.file_step: int | None = None
-        self._shape_cache: dict = {}
+        self._shared: dict = {}
         self.header: dict = {}
+
+    def _share(self, value):
+        """One shared object per distinct value (names, shape lists, dtype lists)."""
+        if value is None:
+            return None
+        key = value if isinstance(value, str) else _freeze(value)
+        hit = self._shared.get(key)
+        if hit is None:
+            hit = self._shared[key] = value
+        return hit
 
     # ------------------------------------------------------------------ intake
     def add(self, events, file_step: int | None = None) -> "ProfileBuilder":
+        with _gc_paused():
+            self._add(events, file_step)
+        return self
+
+    def _add(self, events, file_step):
         clock = self.clock
+        share = self._share
+        host = self.host
         host_cats = HOST_CATEGORIES
         kernel_cats = self.rules.device_kernel_categories
         flow_cats = self.rules.launch_flow_categories
@@ -78,18 +121,21 @@ class ProfileBuilder:
             cat = ev.get("cat")
             if ph == "X":
                 if cat in host_cats:
-                    self.host[(ev.get("pid"), ev.get("tid"))].append(
-                        (clock(ev.get("ts", 0)), float(ev.get("dur") or 0.0), ev.get("name", ""),
-                         ev.get("args") or {}, file_step))
+                    args = ev.get("args") or {}
+                    dims = args.get("Input Dims")
+                    host[(ev.get("pid"), ev.get("tid"))].append(
+                        (clock(ev.get("ts", 0)), float(ev.get("dur") or 0.0), share(ev.get("name", "")),
+                         self._shapes(dims) if dims is not None else None,
+                         self._dtypes(args.get("Input type")), share(args.get("Concrete Inputs")),
+                         args.get("Sequence number", -1), args.get("Call stack"), file_step))
                 elif cat in RUNTIME_CATEGORIES:
                     corr = (ev.get("args") or {}).get("correlation")
                     if corr is not None:
                         self.runtime[corr] = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
                 elif cat is None or cat in kernel_cats:
-                    args = ev.get("args") or {}
                     self.maybe_kernels.append((ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)),
-                                               float(ev.get("dur") or 0.0), ev.get("name", ""), cat,
-                                               args.get("correlation")))
+                                               float(ev.get("dur") or 0.0), share(ev.get("name", "")), cat,
+                                               (ev.get("args") or {}).get("correlation")))
             elif ph in ("s", "f"):
                 if cat in flow_cats:
                     key = (cat, ev.get("id"))
@@ -106,34 +152,25 @@ class ProfileBuilder:
                     self.process_names[ev.get("pid")] = args.get("name")
                 elif ev.get("name") == "process_labels":
                     self.process_labels[ev.get("pid")] = args.get("labels")
-        return self
 
     # ------------------------------------------------------------------ parsing helpers
     def _shapes(self, raw):
-        if raw is None:
-            return []
-        if isinstance(raw, str):
-            cached = self._shape_cache.get(raw)
+        if isinstance(raw, str):       # Ascend: "32,3,224,224;\r\n64,3,11,11;\r\n..."
+            cached = self._shared.get(("dims", raw))
             if cached is None:
-                parts = _split_semicolons(raw)
-                cached = [[int(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()] for p in parts]
-                self._shape_cache[raw] = cached
+                cached = [[int(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()]
+                          for p in _split_semicolons(raw)]
+                self._shared[("dims", raw)] = cached
             return cached
-        key = repr(raw)
-        cached = self._shape_cache.get(key)
-        if cached is None:
-            cached = self._shape_cache[key] = raw
-        return cached
+        return self._share(raw)
 
     def _dtypes(self, raw):
-        if raw is None:
-            return []
         if isinstance(raw, str):
-            cached = self._shape_cache.get(("t", raw))
+            cached = self._shared.get(("types", raw))
             if cached is None:
-                cached = self._shape_cache[("t", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
+                cached = self._shared[("types", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
             return cached
-        return raw
+        return self._share(raw)
 
     @staticmethod
     def _source(stack) -> str | None:
@@ -151,86 +188,90 @@ class ProfileBuilder:
 
     # ------------------------------------------------------------------ build
     def build(self) -> Profile:
+        with _gc_paused():
+            return self._build()
+
+    def _build(self) -> Profile:
         rules = self.rules
         device_pids = {pid for pid, name in self.process_names.items() if name in rules.device_processes}
         kernels = [k for k in self.maybe_kernels
                    if k[0] in device_pids or (k[5] is not None and k[5] in rules.device_kernel_categories)]
+        self.maybe_kernels = []
         device = "npu" if device_pids else ("cuda" if kernels else "cpu")
 
         calls: list[OpCall] = []
         steps: dict[int, Step] = {}
         fallback = defaultdict(set)            # call index -> evidence names
-        thread_index = {}                      # (pid, tid) -> (starts, nodes)
+        thread_index = {}                      # (pid, tid) -> (starts, ends, owners)
         windows = []                           # (start, end, step) of step annotations
-        for thread, evs in self.host.items():
+        kind_of = rules.kind
+        for thread in list(self.host):
+            evs = self.host.pop(thread)
             evs.sort(key=lambda e: (e[0], -e[1]))
             default_phase = ("backward" if thread in self.bwd_threads and thread not in self.fwd_threads
                              else "forward")
-            # node: [end, owner_call_index or None, phase, step, folded]
-            nodes = []
-            stack: list[int] = []
-            starts = [e[0] for e in evs]
-            for i, (ts, dur, name, args, fstep) in enumerate(evs):
+            tid = thread[1] if isinstance(thread[1], int) else 0
+            starts, ends, owners = [], [], []
+            stack: list[tuple] = []            # (end, owner, phase, step, folded)
+            for ts, dur, name, shapes, dtypes, scalars, seq, call_stack, fstep in evs:
                 end = ts + dur
-                while stack and not (end <= nodes[stack[-1]][0] + EPS):
+                while stack and end > stack[-1][0] + EPS:
                     stack.pop()
-                parent = nodes[stack[-1]] if stack else None
-                owner = parent[1] if parent else None
-                folded = parent[4] if parent else False
-                phase = parent[2] if parent else default_phase
-                step = parent[3] if parent else fstep
-                kind = rules.kind(name)
+                if stack:
+                    _pend, owner, phase, step, folded = stack[-1]
+                else:
+                    owner, phase, step, folded = None, default_phase, fstep, False
+                kind = "private" if folded else kind_of(name)
                 if owner is not None and kind == "annotation":
                     kind = "private"            # un-namespaced work nested in an operator
-                if folded:
-                    kind = "private"
                 if kind == "annotation":
                     phase = rules.phase_of_annotation(name) or phase
                     step_no = rules.step_of_annotation(name)
                     if step_no is not None:
                         step = step_no
                         windows.append((ts, end, step_no))
-                        st = steps.setdefault(step_no, Step(index=step_no))
-                        st.duration_us += dur
-                    nodes.append([end, None, phase, step, False])
+                        steps.setdefault(step_no, Step(index=step_no)).duration_us += dur
+                    node = (end, None, phase, step, False)
                 elif kind == "private":
                     if owner is not None:
-                        calls[owner].children.append(name) if name not in calls[owner].children else None
+                        children = calls[owner].children
+                        if name not in children:
+                            children.append(name)
                         if device != "cpu" and rules.is_fallback_child(name):
                             fallback[owner].add(name)
-                    nodes.append([end, owner, phase, step, owner is not None])
+                    node = (end, owner, phase, step, owner is not None)
                 else:
                     if owner is not None:
                         pcall = calls[owner]
                         pcall.self_time_us -= dur
                         if name not in pcall.children:
                             pcall.children.append(name)
-                    shapes = self._shapes(args.get("Input Dims"))
-                    dtypes = self._dtypes(args.get("Input type"))
+                    shapes = shapes if shapes is not None else []
+                    dtypes = dtypes if dtypes is not None else []
                     if len(shapes) > len(dtypes) and not any(shapes[len(dtypes):]):
                         shapes = shapes[:len(dtypes)]   # Ascend terminates each entry with ';'
-                    call = OpCall(
-                        name=name, input_shapes=shapes, dtypes=dtypes,
-                        scalars=args.get("Concrete Inputs") or [], self_time_us=dur, total_time_us=dur,
-                        phase=phase, parent=calls[owner].name if owner is not None else None,
-                        source=self._source(args.get("Call stack")), step=step or 0,
-                        thread=thread[1] if isinstance(thread[1], int) else 0,
-                        seq_nr=int(args.get("Sequence number", -1)), start_us=ts, device="cpu")
-                    calls.append(call)
-                    nodes.append([end, len(calls) - 1, phase, step, False])
+                    calls.append(OpCall(
+                        name=name, input_shapes=shapes, dtypes=dtypes, scalars=scalars or [],
+                        self_time_us=dur, total_time_us=dur, phase=phase,
+                        parent=calls[owner].name if owner is not None else None,
+                        source=self._source(call_stack) if call_stack else None, step=step or 0, thread=tid,
+                        seq_nr=int(seq) if isinstance(seq, int) else -1, start_us=ts, device="cpu"))
+                    node = (end, len(calls) - 1, phase, step, False)
                     if step:
                         steps.setdefault(step, Step(index=step)).op_calls += 1
-                stack.append(i)
-            thread_index[thread] = (starts, nodes, evs)
+                stack.append(node)
+                starts.append(ts)
+                ends.append(end)
+                owners.append(node[1])
+            thread_index[thread] = (starts, ends, owners)
 
         _steps_by_time(calls, windows, steps)
         unattributed, inserted = self._attach_kernels(kernels, thread_index, calls, device)
-        for idx, names in fallback.items():
+        for idx in fallback:
             calls[idx].device = "cpu"
         for call in calls:
-            call.self_time_us = max(call.self_time_us, 0.0)
-        for st in steps.values():
-            st.phase_time_us = {}
+            if call.self_time_us < 0:
+                call.self_time_us = 0.0
         prof = Profile(calls=calls, steps=[steps[k] for k in sorted(steps)], device=device,
                        source_format=self.source_format, path=self.path)
         prof.metadata.update({
@@ -261,12 +302,12 @@ class ProfileBuilder:
             point = self._launch_point(kernel)
             owner = None
             if point is not None and (point[0], point[1]) in thread_index:
-                starts, nodes, evs = thread_index[(point[0], point[1])]
+                starts, ends, owners = thread_index[(point[0], point[1])]
                 i = bisect.bisect_right(starts, point[2] + EPS) - 1
-                # walk back to the innermost event that still contains the launch point
-                while i >= 0 and nodes[i][0] + EPS < point[2]:
+                # the innermost event containing the launch is the latest-starting one still open
+                while i >= 0 and ends[i] + EPS < point[2]:
                     i -= 1
-                owner = nodes[i][1] if i >= 0 else None
+                owner = owners[i] if i >= 0 else None
             dur = kernel[3]
             if owner is None:
                 unattributed += dur
