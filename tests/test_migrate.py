@@ -1,0 +1,169 @@
+"""`opscope migrate`: safe CUDA->NPU rewrites as a patch that applies cleanly and still parses."""
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opscope.analysis.migrate import migrate_source, plan_migration, render_report
+from opscope.analysis.static_scan import scan_paths
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "data" / "static"
+SCRIPTS = HERE / "data" / "scripts"
+
+
+def _opscope(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "opscope", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A copy of the GPU fixture project (the originals must never change)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(STATIC, proj)
+    shutil.copy(SCRIPTS / "gpu_style_train.py", proj / "gpu_style_train.py")
+    return proj
+
+
+def test_migrate_cli_patch_applies_with_git_and_patch_and_still_parses(project, tmp_path):
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    proc = _opscope("migrate", ".", "--out", tmp_path / "out", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before  # nothing touched
+    patch = tmp_path / "out" / "opscope-migrate.patch"
+    text = patch.read_text()
+    assert "+++ b/ddp_train.py" in text and "+++ b/gpu_style_train.py" in text
+    assert "cpu_train.py" not in text and "lookalikes.py" not in text
+
+    if shutil.which("patch"):
+        copy = tmp_path / "with_patch"
+        shutil.copytree(project, copy)
+        done = subprocess.run(["patch", "-p1", "-i", str(patch)], cwd=copy, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "FAILED" not in done.stdout and "fuzz" not in done.stdout.lower()
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q", "."], cwd=project, check=True)
+        done = subprocess.run(["git", "apply", "--check", "-v", str(patch)], cwd=project, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        subprocess.run(["git", "apply", str(patch)], cwd=project, check=True)
+    else:  # no git here: apply the patched copies instead
+        for f in (tmp_path / "out").rglob("*.py"):
+            shutil.copy(f, project / f.relative_to(tmp_path / "out"))
+
+    for name in ("ddp_train.py", "gpu_style_train.py"):
+        patched = (project / name).read_text()
+        ast.parse(patched)
+        assert patched == (tmp_path / "out" / name).read_text()
+        assert patched.count("import torch_npu") == 1
+    ddp = (project / "ddp_train.py").read_text().splitlines()
+    assert 'default="hccl"' in ddp[35]
+    assert "torch_npu.npu.set_device(args.local_rank)" in ddp[55]
+    assert 't.device(f"npu:{args.local_rank}")' in ddp[58]
+    assert "model = Net().npu()" in ddp[65]
+    assert 'target.to("npu", non_blocking=True)' in ddp[80]
+    assert "torch_npu.npu.synchronize()" in ddp[88]
+    # what remains after the patch is exactly what needs judgement
+    left = {f.rule for f in scan_paths([project / "ddp_train.py"])}
+    assert left == {"apex-import", "third-party-cuda", "cuda-extension", "apex-fused-layernorm", "cudnn-flags",
+                    "pin-memory", "drop-last", "apex-fused-optimizer", "apex-amp"}
+    report = (tmp_path / "out" / "opscope-migrate.md").read_text()
+    assert "## Not changed" in report and "apex-amp" in report and "custom-op" in report and "cuda-source" in report
+
+
+def test_gpu_style_script_rewrites(tmp_path):
+    source = (SCRIPTS / "gpu_style_train.py").read_text()
+    result = migrate_source(source, "gpu_style_train.py")
+    after = result.patched.splitlines()
+    assert after[4] == "import torch_npu  # added by opscope migrate: registers the NPU device with torch"
+    assert "assert torch_npu.npu.is_available()" in after[18]
+    assert 'device = torch.device("npu:0")' in after[23]
+    assert "torch_npu.npu.amp.GradScaler()" in after[27]
+    assert "with torch_npu.npu.amp.autocast():" in after[32]
+    assert "torch_npu.npu.max_memory_allocated()" in after[39]
+    assert {s.rule for s in result.skipped} == {"cudnn-flags", "pin-memory"}
+    assert all(s.reason for s in result.skipped)
+
+
+@pytest.mark.parametrize("source, expected, skipped", [
+    # no trailing newline, CRLF endings, torch only imported inside try, torch_npu already imported
+    ("import torch\ntorch.cuda.synchronize()", "import torch\nimport torch_npu  # added by opscope migrate: "
+     "registers the NPU device with torch\ntorch_npu.npu.synchronize()", set()),
+    ("import torch\r\nx = torch.zeros(2).cuda()\r\n", "import torch\r\nimport torch_npu  # added by opscope migrate: "
+     "registers the NPU device with torch\r\nx = torch.zeros(2).npu()\r\n", set()),
+    ('"""Doc."""\nfrom __future__ import annotations\ntry:\n    import torch\nexcept ImportError:\n    torch = None\n'
+     'd = "cuda"\n', '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu  # added by opscope migrate: '
+     'registers the NPU device with torch\ntry:\n    import torch\nexcept ImportError:\n    torch = None\nd = "npu"\n',
+     set()),
+    ("import torch\nimport torch_npu\ndist_backend = 'nccl'\n", "import torch\nimport torch_npu\ndist_backend = 'hccl'\n",
+     set()),
+    # a config module without torch: strings change, the import is left to the entry script
+    ("DEVICE = 'cuda:1'\n", "DEVICE = 'npu:1'\n", {"import-torch-npu"}),
+    # a torch.cuda member with no confirmed torch_npu equivalent is left alone
+    ("import torch\nv = torch.cuda.nccl.version()\n", "import torch\nv = torch.cuda.nccl.version()\n", {"cuda-api"}),
+    # an expression split over lines is not rewritten
+    ("import torch\ntorch.cuda \\\n    .synchronize()\n", "import torch\ntorch.cuda \\\n    .synchronize()\n",
+     {"cuda-synchronize"}),
+    # what needs judgement is never touched
+    ("import torch\nm = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n",
+     "import torch\nm = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n", {"data-parallel"}),
+])
+def test_safe_rewrite_edge_cases(source, expected, skipped):
+    result = migrate_source(source, "m.py")
+    assert result.error is None
+    assert result.patched == expected
+    assert {s.rule for s in result.skipped} == skipped
+    ast.parse(result.patched)
+
+
+def test_patch_for_edge_cases_applies_with_git(tmp_path):
+    if not shutil.which("git"):
+        pytest.skip("git not installed")
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "a.py").write_bytes(b"import torch\ntorch.cuda.synchronize()")       # no final newline
+    (proj / "b.py").write_bytes(b"import torch\r\nx = torch.ones(1).cuda()\r\n")  # CRLF
+    (proj / "c.py").write_text("# \u00e9l\u00e8ve: \u00fcnicode before the column\nimport torch\ns = '\u00e9'; d = torch.device('cuda')\n",
+                               encoding="utf-8")
+    migration = plan_migration([proj], root=proj)
+    patch = tmp_path / "m.patch"
+    patch.write_text(migration.diff(), encoding="utf-8", newline="")
+    subprocess.run(["git", "init", "-q", "."], cwd=proj, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=proj, check=True, capture_output=True)
+    assert (proj / "a.py").read_bytes().endswith(b"torch_npu.npu.synchronize()")
+    assert b"x = torch.ones(1).npu()\r\n" in (proj / "b.py").read_bytes()
+    assert "d = torch.device('npu')" in (proj / "c.py").read_text(encoding="utf-8")
+    for name in ("a.py", "b.py", "c.py"):
+        ast.parse((proj / name).read_bytes())
+
+
+def test_unparseable_file_is_reported_not_changed(tmp_path):
+    (tmp_path / "bad.py").write_text("import torch\ndef f(:\n    torch.cuda.synchronize()\n")
+    migration = plan_migration([tmp_path], root=tmp_path)
+    assert migration.diff() == ""
+    assert [f.error is not None for f in migration.files] == [True]
+    assert "could not parse" in render_report(migration)
+
+
+def test_migrate_cli_errors_are_one_line(tmp_path):
+    proc = _opscope("migrate", tmp_path / "missing.py", "--out", tmp_path / "o", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "path not found" in proc.stderr
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "t.py").write_text("import torch\n")
+    proc = _opscope("migrate", tmp_path / "t.py", "--out", tmp_path / "file", cwd=tmp_path)
+    assert proc.returncode == 2 and "is a file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_output_folder_inside_project_is_not_rescanned(project):
+    first = _opscope("migrate", ".", "--out", "patched", "-q", cwd=project)
+    assert first.returncode == 0, first.stderr
+    second = _opscope("migrate", ".", "--out", "patched", "-q", cwd=project)
+    assert second.returncode == 0, second.stderr
+    assert "patched/" not in (project / "patched" / "opscope-migrate.patch").read_text()
+    assert textwrap.dedent((project / "patched" / "ddp_train.py").read_text()).count("import torch_npu") == 1
