@@ -160,3 +160,27 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "-m", "opscope", "diff", str(broken), str(broken)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_reports_escape_operator_names_and_keep_text_as_text(tmp_path):
+    from openpyxl import load_workbook
+
+    from opscope.model import OpCall, Profile, Step
+    from opscope.report.diff_html import write_diff_html
+    from opscope.report.diff_xlsx import write_diff_xlsx
+
+    evil = "evil::<script>alert(1)</script>"
+    a = Profile(calls=[OpCall(name="aten::mm", input_shapes=[[2, 3], [3, 4]], dtypes=["float", "float"], step=1,
+                              self_time_us=5.0, total_time_us=5.0)], steps=[Step(index=1, duration_us=10.0)])
+    b = Profile(calls=[OpCall(name="aten::mm", input_shapes=[[2, 3], [3, 4]], dtypes=["c10::Half", "c10::Half"],
+                              step=1, self_time_us=1.0, device_time_us=2.0, device="npu"),
+                       OpCall(name=evil, step=1), OpCall(name="=HYPERLINK(\"x\")::op", step=1)],
+                steps=[Step(index=1, duration_us=4.0)], device="npu")
+    result = diff_profiles(a, b, label_a="<b>gpu</b>", label_b="npu", batch_size=2)
+    assert result.dtype_changes[0]["a"] == "float" and result.dtype_changes[0]["b"] == "c10::Half"
+    html = write_diff_html(result, tmp_path / "diff.html").read_text()
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html and "<b>gpu</b>" not in html
+    wb = load_workbook(write_diff_xlsx(result, tmp_path / "diff.xlsx"))
+    assert {"Summary", "Operators", "Only in B", "Inserted", "CPU fallbacks", "Steps", "Ranks"} <= set(wb.sheetnames)
+    cells = [c.value for row in wb["Only in B"].iter_rows(min_row=2) for c in row]
+    assert '=HYPERLINK("x")::op' in cells and wb["Only in B"]["A2"].data_type == "s"

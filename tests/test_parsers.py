@@ -124,6 +124,35 @@ def test_text_table_truncated_names_kept(tmp_path):
     assert prof.steps[0].duration_us == pytest.approx(2000.0)
 
 
+def test_text_table_with_npu_columns_and_log_noise(tmp_path):
+    """torch_npu's layout adds Self NPU / NPU total columns; other log lines sit between tables."""
+    cols = [("Name", 36), ("Self CPU %", 12), ("Self CPU", 12), ("CPU total %", 12), ("CPU total", 12),
+            ("CPU time avg", 12), ("Self NPU", 12), ("Self NPU %", 12), ("NPU total", 12), ("NPU time avg", 12),
+            ("# of Calls", 12), ("Input Shapes", 40)]
+    rule = "  ".join("-" * w for _, w in cols)
+
+    def row(values):
+        return "  ".join(f"{v:>{w}}" for v, (_, w) in zip(values, cols))
+
+    table = [rule, row([c for c, _ in cols]), rule,
+             row(["aten::convolution_backward", "10.00%", "2.000ms", "20.00%", "4.000ms", "1.000ms", "3.000ms",
+                  "30.00%", "3.000ms", "750.000us", "4", "[[32, 64, 55, 55], [32, 3, 224, 224], [64, 3, 11, 11]]"]),
+             row(["npu::npu_dtype_cast", "1.00%", "100.000us", "1.00%", "100.000us", "50.000us", "20.000us",
+                  "1.00%", "20.000us", "10.000us", "2", "[[32], []]"]),
+             row(["ProfilerStep*", "1.00%", "100.000us", "1.00%", "9.000ms", "9.000ms", "0.000us",
+                  "0.00%", "0.000us", "0.000us", "1", "[]"]),
+             rule, "Self CPU time total: 9.000ms", "Self NPU time total: 3.020ms", ""]
+    log = tmp_path / "npu.log"
+    log.write_text("\n".join(["Epoch: [0][ 1/10] loss 6.9"] + table + ["Epoch: [0][ 2/10] loss 6.8"] + table))
+    prof = load_profile(log)
+    assert prof.device == "npu" and [s.index for s in prof.steps] == [1, 2]
+    assert prof.steps[0].duration_us == pytest.approx(9000.0)
+    conv = [c for c in prof.calls if c.name == "aten::convolution_backward" and c.step == 2]
+    assert len(conv) == 4 and conv[0].device_time_us == pytest.approx(750.0)
+    assert conv[0].input_shapes[2] == [64, 3, 11, 11]
+    assert {c.name for c in prof.calls} == {"aten::convolution_backward", "npu::npu_dtype_cast"}
+
+
 @needs_shared
 def test_ascend_rank_folder():
     rank0 = ASCEND / "rank0_ascend_pt"

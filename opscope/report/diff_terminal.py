@@ -1,6 +1,8 @@
 """Terminal summary of a diff (rich tables): what a porter reads first."""
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -24,17 +26,21 @@ def _table(title, columns) -> Table:
 
 
 def print_diff(result, console: Console | None = None, top: int = 15) -> None:
-    console = console or Console()
+    if console is None:   # logs and CI are not terminals: wide enough that operator names stay whole
+        console = Console() if sys.stdout.isatty() else Console(width=160)
     a, b = result.a, result.b
     console.print(f"[bold]opscope diff[/]  A={a['label']} ({a['format']}, {a['device']})  "
                   f"B={b['label']} ({b['format']}, {b['device']}{', rank ' + str(b['rank']) if b['rank'] is not None else ''})")
 
-    steps = _table("Step time and throughput", ("run", "steps measured", "warm-up excluded", "avg step ms", "FPS"))
+    steps = _table("Step time and throughput", ("run", "steps measured", "warm-up excluded", "avg step ms", "FPS",
+                                                "op calls/step", "host ms/step", "device ms/step"))
     for side in (a, b):
         st = side["step"]
         steps.add_row(side["label"], ", ".join(map(str, st["measured_steps"])) or "-",
                       ", ".join(map(str, st["warmup_steps"])) or "none", _ms(st["avg_step_us"]),
-                      f"{st['fps']:.1f} (batch {st['batch_size']} x {st['devices']} dev)" if st["fps"] else "-")
+                      f"{st['fps']:.1f} (batch {st['batch_size']} x {st['devices']} dev)" if st["fps"] else "-",
+                      f"{side['op_calls_per_step']:g}", _ms(side["host_time_per_step_us"]),
+                      _ms(side["device_time_per_step_us"]))
     console.print(steps)
 
     regress = _table(f"Where the time went (per step, biggest regression first; top {top})",
