@@ -128,6 +128,9 @@ def test_no_findings_on_cpu_code_or_name_lookalikes(name):
      {(1, "third-party-cuda"), (2, "third-party-cuda"), (3, "third-party-cuda"), (4, "third-party-cuda"),
       (5, "third-party-cuda"), (6, "third-party-cuda")}),
     ("import os\nos.environ['NCCL_DEBUG'] = 'INFO'\n", {(2, "nccl-env")}),
+    ("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n", {(2, "cuda-env")}),
+    ("import torch\ndef f(x):\n    return x.float() if x.is_cuda else x\n", {(3, "is-cuda")}),
+    ("import torch.distributed as dist\ndist.init_process_group(backend=dist.Backend.NCCL)\n", {(2, "nccl-backend")}),
     # user code that shadows or merely shares a name
     ("def cuda():\n    pass\ncuda()\n", set()),
     ("import torch\ndef f(torch):\n    torch.cuda.synchronize()\n", set()),
@@ -228,7 +231,7 @@ def test_rule_ids_cover_every_runtime_remap_id():
     assert runtime_ids and runtime_ids <= yaml_ids
     for rule in load_rules().rules:
         assert rule.severity in ("error", "warning", "info")
-        assert rule.names or rule.methods or rule.strings or rule.imports or rule.files or rule.cpp
+        assert rule.names or rule.methods or rule.attributes or rule.strings or rule.imports or rule.files or rule.cpp
 
 
 def test_merge_static_and_runtime_findings():

@@ -28,9 +28,6 @@ CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "node_modules",
                        ".tox", ".nox", ".eggs", ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist"})
 DEVICE_RX = re.compile(r"cuda(:\d+)?")
-_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-
 
 @dataclass
 class Edit:
@@ -74,6 +71,7 @@ class Rule:
     replacement: str | None
     names: tuple = ()
     methods: tuple = ()
+    attributes: tuple = ()
     strings: tuple = ()
     imports: tuple = ()
     files: tuple = ()
@@ -117,6 +115,16 @@ class RuleSet:
     safe_npu_members: frozenset
     keywords: re.Pattern           # a Python file without any of these cannot match a rule
     roots: frozenset               # first components of every `names` pattern (torch, apex)
+    name_cache: dict = field(default_factory=dict, compare=False, hash=False)  # qualname -> rules
+
+    def name_rules(self, qualname: str) -> list:
+        """Rules with a `names` pattern matching ``qualname`` (memoised: names repeat a lot)."""
+        cached = self.name_cache.get(qualname)
+        if cached is None:
+            cached = [r for r in self.rules if r.names and r.matches_name(qualname)] \
+                if qualname.split(".", 1)[0] in self.roots else []
+            self.name_cache[qualname] = cached
+        return cached
 
     def by_id(self, rule_id: str) -> Rule | None:
         return next((r for r in self.rules if r.id == rule_id), None)
@@ -139,10 +147,12 @@ def _build(data: dict) -> RuleSet:
         strings = tuple(raw.get("strings", ()))
         imports = tuple(raw.get("imports", ()))
         methods = tuple(raw.get("methods", ()))
+        attributes = tuple(raw.get("attributes", ()))
         where = raw.get("where")
         rule = Rule(
             id=raw["id"], severity=raw.get("severity", "warning"), message=raw["message"],
-            replacement=raw.get("replacement"), names=names, methods=methods, strings=strings,
+            replacement=raw.get("replacement"), names=names, methods=methods, attributes=attributes,
+            strings=strings,
             imports=imports, files=tuple(raw.get("files", ())), cpp=bool(raw.get("cpp")),
             where=where, rewrite=raw.get("rewrite"), context=raw.get("context"),
             name_regexes=tuple(re.compile(fnmatch.translate(p)) for p in names),
@@ -154,6 +164,7 @@ def _build(data: dict) -> RuleSet:
             roots.add(pattern.split(".")[0])
         for method in methods:
             tokens.add(_token(method, where) if where else method)
+        tokens.update(attributes)
         for pattern in strings:
             tokens.add(max(re.findall(r"[A-Za-z_]{3,}", pattern) or [pattern], key=len))
         for pattern in imports:
@@ -385,11 +396,10 @@ class _Finder(ast.NodeVisitor):
         self.hits: list[Hit] = []
         self.consumed: set[int] = set()
         self.seen_chains: set[int] = set()
-        self.name_rules = [r for r in rules.rules if r.names]
         self.method_rules = [r for r in rules.rules if r.methods]
+        self.attribute_rules = [r for r in rules.rules if r.attributes]
         self.string_rules = [r for r in rules.rules if r.strings]
         self.import_rules = [r for r in rules.rules if r.imports]
-        self._match_cache: dict[str, list] = {}
 
     # -- positions ------------------------------------------------------------------
     def _col(self, line: int, byte_col: int) -> int:
@@ -412,25 +422,19 @@ class _Finder(ast.NodeVisitor):
         return [e for e in (self._edit(n, old, new) for n in nodes) if e]
 
     # -- scopes ---------------------------------------------------------------------
-    def visit(self, node):
-        scope = self.scopes.get(id(node))
-        if scope is not None:
-            self.stack.append(scope)
-            super().visit(node)
-            self.stack.pop()
-        else:
-            super().visit(node)
+    def _scoped(self, node):
+        self.stack.append(self.scopes[id(node)])
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _scoped
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
 
     def _resolve(self, node) -> str | None:
         return self.resolve.expr(node, self.stack[-1])
 
     def _qual_rules(self, qualname: str) -> list:
-        cached = self._match_cache.get(qualname)
-        if cached is None:
-            cached = [r for r in self.name_rules if r.matches_name(qualname)] \
-                if qualname.split(".", 1)[0] in self.rules.roots else []
-            self._match_cache[qualname] = cached
-        return cached
+        return self.rules.name_rules(qualname)
 
     # -- where tests ----------------------------------------------------------------
     def _argument(self, call: ast.Call, where: dict):
@@ -573,6 +577,11 @@ class _Finder(ast.NodeVisitor):
             return
         qualname = self._resolve(node)
         if qualname is None:
+            for rule in self.attribute_rules:
+                if node.attr in rule.attributes:
+                    line, col = self._position(node, node)
+                    self._hit(rule, node, line, col, f".{node.attr}")
+                    break
             self.generic_visit(node)
             return
         self._skip_chain(node)
@@ -739,20 +748,49 @@ def _problem(file: str, line: int | None, message: str) -> Finding:
                    origin="static")
 
 
-def scan_paths(paths, rules: RuleSet | None = None) -> list[Finding]:
+PARALLEL_MIN_FILES = 200   # below this, starting worker processes costs more than it saves
+
+
+def scan_paths(paths, rules: RuleSet | None = None, jobs: int | None = None) -> list[Finding]:
     """Static findings for files and/or project folders, in file then line order.
 
     ``file`` is each path as given (or joined onto the given folder), so relative
-    arguments give paths relative to the current directory.
+    arguments give paths relative to the current directory.  Big trees are parsed in
+    ``jobs`` worker processes (default: one per CPU).
     """
     rules = rules or load_rules()
-    files = iter_source_files(paths)
-    findings: list[Finding] = []
-    seen: set[Path] = set()
-    for path in files:
+    files, seen = [], set()
+    for path in iter_source_files(paths):
         key = path.resolve()
-        if key in seen:
-            continue
-        seen.add(key)
+        if key not in seen:
+            seen.add(key)
+            files.append(path)
+    jobs = jobs or os.cpu_count() or 1
+    if jobs > 1 and len(files) >= PARALLEL_MIN_FILES and rules is load_rules():
+        results = _scan_parallel(files, jobs)
+        if results is not None:
+            return [f for chunk in results for f in chunk]
+    findings: list[Finding] = []
+    for path in files:
         findings.extend(scan_file(path, rules))
     return findings
+
+
+def _scan_chunk(paths: list) -> list:
+    rules = load_rules()
+    return [scan_file(p, rules) for p in paths]
+
+
+def _scan_parallel(files: list[Path], jobs: int):
+    """Scan in worker processes (fork where available: no re-import); None if they cannot start."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    try:
+        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
+            else multiprocessing.get_context()
+        size = max(8, len(files) // (jobs * 8))
+        chunks = [files[i:i + size] for i in range(0, len(files), size)]
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            return [findings for chunk in pool.map(_scan_chunk, chunks) for findings in chunk]
+    except (OSError, RuntimeError, ImportError):  # no process support (sandbox): scan in-process
+        return None
