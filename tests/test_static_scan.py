@@ -294,3 +294,41 @@ def test_findings_table_prints(tmp_path):
 def test_fixture_scripts_are_valid_python():
     for path in STATIC.glob("*.py"):
         ast.parse(path.read_text())
+
+
+def _opscope(*args, cwd):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "opscope", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_static_only_cli_on_a_generated_project(tmp_path):
+    """`opscope scan --static-only DIR` (wired by the scan command) runs nothing and writes findings + SARIF."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("static_scan_speed", HERE.parent / "bench" / "static_scan_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.make_project(tmp_path / "proj", n_files=60)
+    proc = _opscope("scan", "--static-only", "proj", "--out", "out", "--format", "sarif", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    findings = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert len(findings) == 45 * 14 and all(f["file"].startswith("proj/") for f in findings)
+    sarif = json.loads((tmp_path / "out" / "findings.sarif").read_text())
+    assert len(sarif["runs"][0]["results"]) == len(findings)
+    assert not (tmp_path / "out" / "scan.json").exists()  # nothing was run
+
+
+def test_full_scan_merges_static_and_runtime_findings(tmp_path):
+    """A real scan of a GPU-style script on the CPU: one finding per place, both origins recorded."""
+    proc = _opscope("scan", SCRIPTS / "gpu_style_train.py", "--steps", "2", "--out", tmp_path / "run", "--quiet",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = ScanResult.from_dict(json.loads((tmp_path / "run" / "scan.json").read_text()))
+    keys = [(f.rule, f.file, f.line) for f in result.findings]
+    assert len(keys) == len(set(keys))
+    by = {(f.rule, f.line): f for f in result.findings}
+    for rule, line in [("cuda-synchronize", 38), ("cuda-call", 30), ("pin-memory", 22), ("cuda-amp-autocast", 32)]:
+        assert by[(rule, line)].origin == "static+runtime", (rule, line)
+        assert by[(rule, line)].snippet and by[(rule, line)].column
+    assert by[("cuda-device", 23)].origin == "static"     # torch.device('cuda:0'): no torch call to remap
