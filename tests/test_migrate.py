@@ -103,6 +103,9 @@ def test_gpu_style_script_rewrites(tmp_path):
      set()),
     ("import torch\nimport torch_npu\ndist_backend = 'nccl'\n", "import torch\nimport torch_npu\ndist_backend = 'hccl'\n",
      set()),
+    # a UTF-8 BOM stays, offsets on line 1 still right
+    ("\ufeffimport torch; torch.cuda.synchronize()\n", "\ufeffimport torch; torch_npu.npu.synchronize()\n"
+     "import torch_npu  # added by opscope migrate: registers the NPU device with torch\n", set()),
     # a config module without torch: strings change, the import is left to the entry script
     ("DEVICE = 'cuda:1'\n", "DEVICE = 'npu:1'\n", {"import-torch-npu"}),
     # a torch.cuda member with no confirmed torch_npu equivalent is left alone
@@ -119,7 +122,7 @@ def test_safe_rewrite_edge_cases(source, expected, skipped):
     assert result.error is None
     assert result.patched == expected
     assert {s.rule for s in result.skipped} == skipped
-    ast.parse(result.patched)
+    ast.parse(result.patched.lstrip("\ufeff"))
 
 
 def test_patch_for_edge_cases_applies_with_git(tmp_path):

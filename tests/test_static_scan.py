@@ -169,6 +169,14 @@ def test_syntax_error_is_a_finding_and_the_scan_goes_on(tmp_path):
     assert broken.line == 3 and "parse" in broken.message
 
 
+def test_declared_source_encoding_gives_character_columns(tmp_path):
+    path = tmp_path / "legacy.py"
+    path.write_bytes("# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'; torch.cuda.synchronize()\n".encode("latin-1"))
+    [finding] = scan_paths([path])
+    assert (finding.line, finding.column, finding.rule) == (3, 15, "cuda-synchronize")
+    assert finding.snippet == "s = 'caf\xe9'; torch.cuda.synchronize()"
+
+
 def test_cuda_sources_and_custom_op_registrations():
     findings = scan_paths([STATIC / "csrc", STATIC / "setup.py"])
     ops = sorted(f.api for f in findings if f.rule == "custom-op")

@@ -145,7 +145,8 @@ def _apply_edits(lines: list[bytes], hits: list[Hit]) -> tuple[list[bytes], list
 def migrate_source(source: str, rel: str, path: Path | None = None) -> FileMigration:
     """The safe rewrites of one Python source (its text), with what was left and why."""
     result = FileMigration(path=path or Path(rel), rel=rel, original=source, patched=source)
-    data = source.encode("utf-8")
+    bom = "\ufeff" if source.startswith("\ufeff") else ""
+    data = source[len(bom):].encode("utf-8")
     try:
         tree = ast.parse(data)
         hits = scan_source(data, rel)
@@ -168,9 +169,9 @@ def migrate_source(source: str, rel: str, path: Path | None = None) -> FileMigra
             new_lines[at - 1] += newline
         new_lines.insert(at, IMPORT_LINE.encode().replace(b"\n", newline))
         result.import_added = True
-    patched = b"".join(new_lines).decode("utf-8")
+    patched = bom + b"".join(new_lines).decode("utf-8")
     try:
-        ast.parse(patched)
+        ast.parse(patched[len(bom):])
     except SyntaxError as exc:  # never hand out a patch that breaks the file
         result.error = f"the rewrite would not parse ({exc.msg}); nothing changed"
         result.changes, result.import_added = [], False

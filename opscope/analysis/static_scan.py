@@ -631,7 +631,7 @@ class _Finder(ast.NodeVisitor):
 def scan_source(source: bytes | str, path: str = "<string>", rules: RuleSet | None = None) -> list[Hit]:
     """Hits for one Python source (raises SyntaxError/ValueError when it does not parse)."""
     rules = rules or load_rules()
-    data = source.encode("utf-8") if isinstance(source, str) else source
+    data = _as_utf8(source)
     tree = ast.parse(data, filename=path)
     binder = _Binder()
     binder.visit(tree)
@@ -642,6 +642,22 @@ def scan_source(source: bytes | str, path: str = "<string>", rules: RuleSet | No
     for hit in hits:
         unique.setdefault((hit.rule.id, hit.line, hit.column), hit)
     return sorted(unique.values(), key=lambda h: (h.line, h.column, h.rule.id))
+
+
+def _as_utf8(source: bytes | str) -> bytes:
+    """UTF-8 bytes without a BOM: the AST's column offsets count UTF-8 bytes of the decoded text."""
+    if isinstance(source, bytes):
+        if source.startswith(b"\xef\xbb\xbf"):
+            return source[3:]
+        head = source[:400]
+        if b"coding" in head:
+            import io
+            import tokenize
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+            if encoding not in ("utf-8", "utf-8-sig"):
+                return source.decode(encoding).encode("utf-8")
+        return source
+    return source.lstrip("\ufeff").encode("utf-8")
 
 
 def _apply_context(hits: list[Hit]) -> list[Hit]:
@@ -734,11 +750,14 @@ def scan_file(path: Path, rules: RuleSet | None = None) -> list[Finding]:
         return []  # no rule can match: skip the parse (keeps a 500-file project in seconds)
     try:
         hits = scan_source(data, display, rules)
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, LookupError) as exc:  # LookupError: unknown coding cookie
         line = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", None) or str(exc)
         return [_problem(display, line, f"could not parse ({msg}); this file was not scanned")]
-    lines = data.decode("utf-8", "replace").splitlines()
+    try:
+        lines = _as_utf8(data).decode("utf-8", "replace").splitlines()
+    except (LookupError, UnicodeDecodeError):
+        lines = data.decode("utf-8", "replace").splitlines()
     return [h.to_finding(display, lines) for h in hits]
 
 
