@@ -128,6 +128,8 @@ def test_no_findings_on_cpu_code_or_name_lookalikes(name):
      {(1, "third-party-cuda"), (2, "third-party-cuda"), (3, "third-party-cuda"), (4, "third-party-cuda"),
       (5, "third-party-cuda"), (6, "third-party-cuda")}),
     ("import os\nos.environ['NCCL_DEBUG'] = 'INFO'\n", {(2, "nccl-env")}),
+    ("import torch\nb = torch.ops.detops.roi_align(x, r)\ny = torch.ops.aten.add.Tensor(x, x)\n", {(2, "custom-op")}),
+    ("import torch\ntorch.set_default_tensor_type('torch.cuda.HalfTensor')\n", {(2, "cuda-tensor-type")}),
     ("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n", {(2, "cuda-env")}),
     ("import torch\ndef f(x):\n    return x.float() if x.is_cuda else x\n", {(3, "is-cuda")}),
     ("import torch.distributed as dist\ndist.init_process_group(backend=dist.Backend.NCCL)\n", {(2, "nccl-backend")}),

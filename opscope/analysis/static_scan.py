@@ -79,7 +79,9 @@ class Rule:
     where: dict | None = None
     rewrite: str | None = None
     context: str | None = None
+    exclude: tuple = ()
     name_regexes: tuple = field(default=(), compare=False)
+    exclude_regexes: tuple = field(default=(), compare=False)
     string_regexes: tuple = field(default=(), compare=False)
 
     def tail_of(self, qualname: str) -> str:
@@ -93,7 +95,8 @@ class Rule:
         return qualname.rsplit(".", 1)[-1]
 
     def matches_name(self, qualname: str) -> bool:
-        return any(rx.fullmatch(qualname) for rx in self.name_regexes)
+        return any(rx.fullmatch(qualname) for rx in self.name_regexes) \
+            and not any(rx.fullmatch(qualname) for rx in self.exclude_regexes)
 
     def matches_string(self, text: str) -> bool:
         return any(rx.fullmatch(text) for rx in self.string_regexes)
@@ -155,7 +158,9 @@ def _build(data: dict) -> RuleSet:
             strings=strings,
             imports=imports, files=tuple(raw.get("files", ())), cpp=bool(raw.get("cpp")),
             where=where, rewrite=raw.get("rewrite"), context=raw.get("context"),
+            exclude=tuple(raw.get("exclude", ())),
             name_regexes=tuple(re.compile(fnmatch.translate(p)) for p in names),
+            exclude_regexes=tuple(re.compile(fnmatch.translate(p)) for p in raw.get("exclude", ())),
             string_regexes=tuple(re.compile(p) for p in strings),
         )
         rules.append(rule)
