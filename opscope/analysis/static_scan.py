@@ -479,19 +479,20 @@ class _Finder(ast.NodeVisitor):
         fill = dict(name=name or api, tail=rule.tail_of(name) if name else "", value=value,
                     npu_value=value.replace("cuda", "npu", 1), kernels="")
         replacement = rule.render(rule.replacement, **fill)
+        message = rule.render(rule.message, **fill)
         edits = [e for e in edits if e]
         if edits:
             unsafe = None
         elif unsafe is None:
-            unsafe = ("needs judgement: " + (replacement or rule.id)) if rule.rewrite is None \
+            unsafe = f"needs judgement: {message}" if rule.rewrite is None \
                 else "the expression spans several lines; edit it by hand"
         self.hits.append(Hit(rule=rule, line=line, column=self._col(line, byte_col), api=api,
-                             message=rule.render(rule.message, **fill), replacement=replacement,
+                             message=message, replacement=replacement,
                              edits=edits, unsafe_reason=unsafe))
 
     def _npu_name_edit(self, rule: Rule, chain, qualname: str):
         if rule.rewrite != "npu-name" or not qualname.startswith("torch.cuda."):
-            return None, "needs judgement: " + (rule.replacement or rule.id)
+            return None, "needs judgement: no mechanical rewrite for this rule"
         member = qualname[len("torch.cuda."):]
         if member not in self.rules.safe_npu_members:
             return None, f"torch_npu.npu.{member} is not in the list of confirmed torch_npu equivalents"
