@@ -1,0 +1,273 @@
+"""One torch_npu support verdict, with its evidence, for every captured operator.
+
+Verdicts (``opscope.model.VERDICTS``):
+
+* ``native``: the overload is registered for the NPU in the target release;
+* ``composite``: no NPU kernel of its own, but it runs as operators that are supported
+  (structured delegate/inherit to a registered ``.out``, Composite* kernels; recursive,
+  only as good as the weakest child);
+* ``cpu-fallback``: no NPU kernel, no composite path, torch has a CPU kernel: torch_npu
+  runs it on the CPU with host<->device copies;
+* ``unsupported``: no NPU kernel and nothing to fall back to;
+* ``not-applicable``: a backend-private kernel of the scanning machine (mkldnn, cuDNN,
+  NNPACK...), or an op that only runs inside another op's kernel: judged through that op;
+* ``unknown``: a namespace or op the matrix does not cover: said so, never guessed.
+
+Context matters: an op called inside another op's kernel (``aten::empty`` inside the CPU
+``aten::addmm``) never runs as such on the NPU when the parent has a kernel there (or
+falls back as a whole), so it is not blamed; an op called by a Composite parent is part
+of the decomposition and is judged on its own.
+"""
+from __future__ import annotations
+
+import fnmatch
+from functools import lru_cache
+
+import yaml
+
+from opscope.errors import UserError
+from opscope.matrix.judge import GOOD, RANK, Judge, Judgement
+from opscope.matrix.store import SupportMatrix, load_matrix, resolve_line
+from opscope.matrix.torch_schema import load_torch_schema
+from opscope.resources import support_matrix_dir
+
+BAD = ("cpu-fallback", "unsupported", "unknown")
+
+
+@lru_cache(maxsize=1)
+def _data(name: str) -> dict:
+    path = support_matrix_dir() / name
+    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def private_patterns() -> list[str]:
+    return list(_data("backend_private_ops.yaml").get("patterns") or [])
+
+
+def is_backend_private(name: str) -> str | None:
+    """The matching pattern when ``aten::mkldnn_convolution`` & co. are backend-private."""
+    ns, _, base = name.rpartition("::")
+    if ns not in ("aten", ""):
+        return None
+    return next((p for p in private_patterns() if fnmatch.fnmatchcase(base, p)), None)
+
+
+def resolve_target(target: str | None) -> str:
+    """'2.8.0' / 'torch_npu==2.8.0' / None -> the exact torch_npu version judged against.
+
+    Raises UserError naming the known versions for one the matrix does not have.
+    """
+    matrix = load_matrix()
+    return matrix.release(resolve_line(matrix, target)).version
+
+
+def substitute_for(name: str, verdict: str, release) -> dict | None:
+    """First substitute option for ``name`` whose torch_npu requirements exist in ``release``."""
+    for option in (_data("substitutes.yaml").get("substitutes") or {}).get(name, []):
+        if verdict not in option.get("applies_to", BAD):
+            continue
+        missing = missing_requirements(option.get("requires") or {}, release)
+        if not missing:
+            return {"replacement": option["replacement"], "rationale": option.get("rationale", ""),
+                    "requires": option.get("requires") or {}, "checked_in": release.source}
+    return None
+
+
+def missing_requirements(requires: dict, release) -> list[str]:
+    missing = [f"torch_npu.{n}" for n in requires.get("custom", []) if n not in release.custom]
+    missing += [f"torch_npu.contrib.{n}" for n in requires.get("contrib", []) if n not in release.contrib]
+    missing += [f"aten::{n}" for n in requires.get("aten", []) if n not in release.aten]
+    return missing
+
+
+class _Context:
+    """Operators of one scan by name: parents, observed children, and one judge."""
+
+    def __init__(self, operators, matrix: SupportMatrix, line: str):
+        self.by_name: dict = {}
+        self.children: dict = {}
+        for op in operators:
+            self.by_name.setdefault(op.name, []).append(op)
+            self.children.setdefault(op.name, [])
+            for child in op.children or []:
+                child = child.split(" (", 1)[0]  # the scan tags folded kernels "(backend-private)"
+                if child not in self.children[op.name] and not is_backend_private(child):
+                    self.children[op.name].append(child)
+        self.matrix, self.line = matrix, line
+        self.release = matrix.release(line)
+        self.judge = Judge(matrix, load_torch_schema(), line, children_of=lambda n: self.children.get(n, []))
+        self.namespaces = _data("substitutes.yaml").get("namespaces") or {}
+
+    def parent_of(self, name: str) -> str | None:
+        ops = self.by_name.get(name) or []
+        return next((op.parent for op in ops if op.parent), None)
+
+    def public_ancestor(self, op) -> str | None:
+        seen, parent = set(), op.parent
+        while parent and parent not in seen:
+            seen.add(parent)
+            if not is_backend_private(parent):
+                return parent
+            parent = self.parent_of(parent)
+        return None
+
+    def intrinsic(self, name: str, overload: str | None) -> Judgement:
+        ns = name.rpartition("::")[0]
+        if ns == "aten":
+            return self.judge.judge(name, overload)
+        rule = self.namespaces.get(ns)
+        base = name.rpartition("::")[2]
+        evidence = {"list": self.release.source, "version": self.release.version}
+        if rule and rule.get("verdict") == "from-custom":
+            if base in self.release.custom:
+                return Judgement("native", {**evidence, "rule": rule["rule"], "entry": base,
+                                            "section": self.release.custom[base]})
+            return Judgement("unknown", {**evidence, "rule": rule["rule"],
+                                         "detail": f"{base} is not in the custom section of torch_npu "
+                                                   f"{self.release.version}"}, "decomposes")
+        if rule:
+            return Judgement(rule["verdict"], {**evidence, "list": "support_matrix/substitutes.yaml namespaces",
+                                               "rule": rule["rule"], "namespace": ns})
+        return Judgement("unknown", {**evidence, "rule": "namespace-not-covered",
+                                     "detail": f"the matrix covers ATen (aten::), torch_npu custom ops and "
+                                               f"c10d collectives, not the {ns or '(none)'} namespace: "
+                                               f"check {name} by hand (a custom TORCH_LIBRARY op needs its "
+                                               "own NPU kernel)"}, "decomposes")
+
+    def covering_kernel(self, op) -> tuple[str, Judgement] | None:
+        """The nearest ancestor whose kernel replaces this op's subtree on the NPU (or falls back whole)."""
+        seen, parent = set(), op.parent
+        while parent and parent not in seen and parent != op.name:
+            seen.add(parent)
+            if not is_backend_private(parent):
+                judged = self.intrinsic(parent, None)
+                if judged.kind == "kernel":
+                    return parent, judged
+            parent = self.parent_of(parent)
+        return None
+
+
+def assign_verdicts(operators, target: str | None) -> dict:
+    """Set ``op.verdict``/``op.evidence``/``op.substitute`` in place for one torch_npu release.
+
+    Returns the ``target`` block of scan.json: ``{"package", "version", "line", "source", ...}``.
+    """
+    matrix = load_matrix()
+    line = resolve_line(matrix, target)
+    ctx = _Context(operators, matrix, line)
+    for op in operators:
+        op.verdict, op.evidence = _verdict(op, ctx)
+        op.substitute = substitute_for(op.name, op.verdict, ctx.release)
+        warnings = dtype_warnings(op) if op.verdict in GOOD else []
+        if warnings:
+            op.evidence["dtype_warnings"] = warnings
+    release = ctx.release
+    info = {"package": "torch_npu", "version": release.version, "line": release.line, "source": release.source,
+            "torch_schema": load_torch_schema().source,
+            "op_plugin_commit": matrix.plugin_commit}
+    if release.note:
+        info["note"] = release.note
+    return info
+
+
+def _verdict(op, ctx: _Context) -> tuple[str, dict]:
+    pattern = is_backend_private(op.name)
+    if pattern:
+        ancestor = ctx.public_ancestor(op)
+        judged_as = ctx.intrinsic(ancestor, None).verdict if ancestor else None
+        return "not-applicable", {"rule": "backend-private", "pattern": pattern,
+                                  "detail": f"an implementation kernel of the scanning machine's backend; "
+                                            f"on the NPU the kernel of {ancestor or 'its public parent'} "
+                                            "replaces it",
+                                  "judged_through": ancestor, "parent_verdict": judged_as}
+    own = ctx.intrinsic(op.name, op.overload)
+    evidence = dict(own.evidence)
+    cover = ctx.covering_kernel(op)
+    if cover:
+        parent, parent_judged = cover
+        inside = (f"runs inside {parent}'s kernel ({parent_judged.verdict} on the NPU), which replaces the "
+                  "whole subtree: it needs no NPU support of its own")
+        if own.verdict not in GOOD:
+            return "not-applicable", {"rule": "inside-parent-kernel", "detail": inside, "judged_through": parent,
+                                      "parent_verdict": parent_judged.verdict, "own": evidence}
+        evidence["inside"] = inside
+    return own.verdict, evidence
+
+
+def dtype_warnings(op) -> list[str]:
+    """Dtypes seen in the scan for which upstream tests fail on the NPU (op otherwise supported)."""
+    config = _data("dtype_tests.yaml")
+    notes = load_matrix().dtype_notes
+    base = op.name.rpartition("::")[2]
+    names = [base, base.rstrip("_"), f"nn.functional.{base}"] + list((config.get("opinfo_aliases") or {}).get(base, []))
+    seen = {(config.get("profiler_dtypes") or {}).get(d) for d in op.dtypes or []} - {None}
+    out = []
+    for opinfo in dict.fromkeys(names):
+        for dtype in sorted(seen):
+            for test, meaning in (config.get("warn") or {}).items():
+                scope = notes.get(opinfo, {}).get(dtype, {}).get(test)
+                if scope:
+                    out.append(f"{dtype}: upstream {test} fails for {opinfo} on the NPU ({meaning}; "
+                               f"unsupported_ops_info, lines {scope})")
+    return out
+
+
+def readiness_summary(result) -> dict:
+    """Counts, time shares and a 0-100 readiness score for a ScanResult with verdicts set.
+
+    Time is operator self time (host), summed per verdict, as a share of all operators'.
+    ``readiness_score`` = 100 x (0.5 x time_ok + 0.5 x signatures_ok)
+        - 5 per dynamic-shape root cause (at most 20)
+        - 2 per error finding + 0.5 per warning finding (at most 10 together)
+        - 10 when any operator is ``unsupported`` (the script cannot run as is),
+    clamped to 0..100 and rounded; where ``time_ok`` is 1 minus the time share of
+    cpu-fallback/unsupported operators (unknown ones count half: not judged, not cleared)
+    and ``signatures_ok`` the same over operator signatures, both among operators that
+    need an NPU kernel (not-applicable ones left out).
+    """
+    from opscope.model import VERDICTS
+    ops = list(result.operators)
+    counts = {v: 0 for v in VERDICTS}
+    times = {v: 0.0 for v in VERDICTS}
+    for op in ops:
+        verdict = op.verdict or "unknown"
+        counts[verdict] = counts.get(verdict, 0) + 1
+        times[verdict] = times.get(verdict, 0.0) + float(op.self_time_us or 0.0)
+    total = sum(times.values())
+    share = {v: (t / total if total else 0.0) for v, t in times.items()}
+    judged = [op for op in ops if op.verdict != "not-applicable"]
+    judged_time = sum(float(op.self_time_us or 0.0) for op in judged)
+    weight = {"cpu-fallback": 1.0, "unsupported": 1.0, "unknown": 0.5}
+    bad_sig = sum(weight.get(op.verdict, 0.0) for op in judged)
+    bad_time = sum(weight.get(op.verdict, 0.0) * float(op.self_time_us or 0.0) for op in judged)
+    signatures_ok = 1 - bad_sig / len(judged) if judged else 1.0
+    time_ok = 1 - bad_time / judged_time if judged_time else signatures_ok
+    findings = list(result.findings or [])
+    errors = sum(1 for f in findings if getattr(f, "severity", "") == "error")
+    warnings = sum(1 for f in findings if getattr(f, "severity", "") == "warning")
+    roots = len(result.root_causes or [])
+    score = 100 * (0.5 * time_ok + 0.5 * signatures_ok)
+    score -= min(20, 5 * roots)
+    score -= min(10, 2 * errors + 0.5 * warnings)
+    score -= 10 if counts.get("unsupported") else 0
+    blocking = [op for op in ops if op.verdict in BAD]
+    return {
+        "verdict_counts": counts,
+        "time_share": {v: round(s, 6) for v, s in share.items()},
+        "cpu_fallback_time_share": round(share.get("cpu-fallback", 0.0), 6),
+        "blocking_signatures": len(blocking),
+        "blocking_time_share": round(sum(share.get(v, 0.0) for v in BAD), 6),
+        "native_or_composite_share": round((counts["native"] + counts["composite"]) / len(judged), 6)
+        if judged else 1.0,
+        "dynamic_root_causes": roots,
+        "findings": len(findings),
+        "findings_by_severity": {"error": errors, "warning": warnings,
+                                 "info": sum(1 for f in findings if getattr(f, "severity", "") == "info")},
+        "readiness_score": int(round(max(0.0, min(100.0, score)))),
+        "score_formula": "100*(0.5*time_ok+0.5*signatures_ok) - min(20,5*root_causes) "
+                         "- min(10,2*errors+0.5*warnings) - 10*any_unsupported",
+    }
+
+
+__all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "substitute_for", "dtype_warnings",
+           "is_backend_private", "UserError", "RANK"]

@@ -1,0 +1,198 @@
+"""Load the committed support matrix (``support_matrix/``) into lookup tables.
+
+One ``Release`` per torch_npu release line.  Lines with a wheel on PyPI come from that
+wheel's registration yaml; lines that only op-plugin's yaml knows (2.2, newer lines
+before their release) are built from op-plugin's version ranges plus the hand-registered
+core ops (view, copy_, empty...) of the nearest wheel, and say so in ``note``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from opscope.errors import UserError
+from opscope.matrix.build import line_key, release_line
+from opscope.resources import support_matrix_dir
+
+_ATEN_SECTIONS = ("official", "autograd", "symint", "quant")
+
+
+@dataclass
+class Release:
+    """Registrations of one torch_npu release line."""
+    line: str                      # "2.14"
+    version: str                   # "2.14.0" (the wheel), or "2.15" for op-plugin-only lines
+    source: str                    # which list: "torch_npu 2.14.0 wheel" / "op-plugin yaml"
+    aten: dict = field(default_factory=dict)     # "gelu.out" -> "codegen:supported"
+    custom: dict = field(default_factory=dict)   # "npu_gelu" -> origin
+    contrib: set = field(default_factory=set)    # torch_npu.contrib public names
+    note: str | None = None
+    from_wheel: bool = True
+
+    def families(self) -> dict[str, list[str]]:
+        """base name -> registered overloads ('' = default overload)."""
+        return _families(tuple(sorted(self.aten)))
+
+
+@lru_cache(maxsize=64)
+def _families(keys: tuple) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        base, _, overload = key.partition(".")
+        out.setdefault(base, []).append(overload)
+    return out
+
+
+@dataclass
+class PluginEntry:
+    section: str
+    name: str
+    acl_op: str | None = None
+    op_api: str | None = None
+    inherit: str | None = None
+
+
+@dataclass
+class SupportMatrix:
+    releases: dict                 # line -> Release, ordered oldest..newest
+    plugin: dict                   # overload -> PluginEntry
+    plugin_lines: list
+    dtype_notes: dict              # opinfo -> {dtype: {test: scope}}
+    plugin_commit: str | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.releases)
+
+    @property
+    def default_line(self) -> str:
+        """Newest line built from a real wheel (op-plugin-only lines are previews)."""
+        return [line for line, rel in self.releases.items() if rel.from_wheel][-1]
+
+    def release(self, line: str) -> Release:
+        return self.releases[line]
+
+
+def _lines_in(spec: str | None, all_lines: list[str]) -> set[str]:
+    if not spec or spec == "-":
+        return set()
+    chosen: set[str] = set()
+    for part in spec.split(","):
+        if "-" in part:
+            first, last = (line_key(p) for p in part.split("-"))
+            chosen.update(v for v in all_lines if first <= line_key(v) <= last)
+        else:
+            chosen.add(part)
+    return chosen
+
+
+def plugin_lines_of(entry: PluginEntry, all_lines: list[str]) -> set[str]:
+    return _lines_in(entry.acl_op, all_lines) | _lines_in(entry.op_api, all_lines)
+
+
+def _read_release(path: Path) -> Release:
+    version, aten, custom, contrib = None, {}, {}, set()
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw or raw.startswith("#"):
+            continue
+        parts = raw.split()
+        if parts[0] == "version":
+            version = parts[1]
+        elif parts[0] == "aten":
+            aten[parts[1]] = parts[2]
+        elif parts[0] == "custom":
+            custom[parts[1]] = parts[2]
+        elif parts[0] == "contrib":
+            contrib.add(parts[1])
+    if version is None:
+        raise UserError(f"{path} has no 'version' line; regenerate it with `opscope matrix build`")
+    return Release(line=release_line(version), version=version, source=f"torch_npu {version} wheel",
+                   aten=aten, custom=custom, contrib=contrib)
+
+
+def _read_plugin(path: Path):
+    entries, lines, commit = {}, [], None
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if raw.startswith("# source commit:"):
+            commit = raw.split(":", 1)[1].strip()
+        if not raw or raw.startswith("#"):
+            continue
+        parts = raw.split()
+        if parts[0] == "lines":
+            lines = parts[1:]
+            continue
+        fields = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+        entries[parts[1]] = PluginEntry(parts[0], parts[1], fields.get("acl_op"), fields.get("op_api"),
+                                        fields.get("inherit"))
+    return entries, lines, commit
+
+
+def _read_dtype_notes(path: Path) -> dict:
+    notes: dict = {}
+    if not path.is_file():
+        return notes
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw or raw.startswith("#"):
+            continue
+        opinfo, dtype, test, scope = raw.split()
+        notes.setdefault(opinfo, {}).setdefault(dtype, {})[test] = scope
+    return notes
+
+
+def _plugin_only_release(line: str, plugin: dict, all_lines: list[str], nearest: Release) -> Release:
+    aten, custom = {}, {}
+    for name, entry in plugin.items():
+        if line in plugin_lines_of(entry, all_lines):
+            (custom if entry.section == "custom" else aten)[name] = f"op-plugin:{entry.section}"
+    for name, origin in nearest.aten.items():  # torch_npu's own registrations are not op-plugin's
+        if name not in plugin and name not in aten:
+            aten[name] = f"{origin}@{nearest.version}"
+    return Release(line=line, version=line, source="op-plugin yaml", aten=aten, custom=custom,
+                   contrib=set(nearest.contrib), from_wheel=False,
+                   note=f"no torch_npu {line} wheel: op-plugin's version ranges, plus the ops torch_npu registers "
+                        f"itself (not op-plugin's) and the contrib names of torch_npu {nearest.version}")
+
+
+def load_matrix(directory: Path | None = None) -> SupportMatrix:
+    return _load(str(directory or support_matrix_dir()))
+
+
+@lru_cache(maxsize=4)
+def _load(directory: str) -> SupportMatrix:
+    root = Path(directory)
+    files = sorted((root / "versions").glob("torch_npu-*.txt"))
+    if not files:
+        raise UserError(f"no torch_npu support lists in {root / 'versions'}; run `opscope matrix build`")
+    wheel_releases = {r.line: r for r in map(_read_release, files)}
+    plugin, plugin_lines, commit = _read_plugin(root / "op_plugin.txt") if (root / "op_plugin.txt").is_file() \
+        else ({}, [], None)
+    releases = dict(wheel_releases)
+    for line in plugin_lines:
+        if line not in releases:
+            nearest = min(wheel_releases.values(),
+                          key=lambda r: (abs(line_key(r.line)[1] - line_key(line)[1]), -line_key(r.line)[1]))
+            releases[line] = _plugin_only_release(line, plugin, plugin_lines, nearest)
+    ordered = dict(sorted(releases.items(), key=lambda kv: line_key(kv[0])))
+    return SupportMatrix(releases=ordered, plugin=plugin, plugin_lines=plugin_lines,
+                         dtype_notes=_read_dtype_notes(root / "dtype_notes.txt"), plugin_commit=commit)
+
+
+def resolve_line(matrix: SupportMatrix, target: str | None) -> str:
+    """'2.8.0', 'torch_npu==2.8.0.post5', '2.8' or None (newest) -> a release line of the matrix."""
+    if target is None or not str(target).strip():
+        return matrix.default_line
+    text = str(target).strip()
+    if "==" in text:
+        package, _, text = text.partition("==")
+        if package.strip().replace("-", "_") != "torch_npu":
+            raise UserError(f"--target must name torch_npu (e.g. torch_npu==2.8.0), not {package.strip()}")
+    known = ", ".join(matrix.lines)
+    try:
+        line = release_line(text)
+    except UserError:
+        raise UserError(f"unknown torch_npu version {target!r}: the support matrix knows {known}") from None
+    if line not in matrix.releases:
+        raise UserError(f"unknown torch_npu version {target!r}: the support matrix knows {known} "
+                        "(add one with `opscope matrix build --version X`)")
+    return line
