@@ -97,6 +97,33 @@ class _Context:
         self.release = matrix.release(line)
         self.judge = Judge(matrix, load_torch_schema(), line, children_of=lambda n: self.children.get(n, []))
         self.namespaces = _data("substitutes.yaml").get("namespaces") or {}
+        self._row_memo: dict = {}
+        self._row_stack: set = set()
+
+    def observed(self, op) -> Judgement:
+        """Judgement of one signature, its decomposition from the children seen under it."""
+        key = id(op)
+        if key in self._row_memo:
+            return self._row_memo[key]
+        if key in self._row_stack or op.name.rpartition("::")[0] != "aten":
+            return self.intrinsic(op.name, op.overload)
+        self._row_stack.add(key)
+        try:
+            children = [c.split(" (", 1)[0] for c in op.children or []]
+            children = [c for c in dict.fromkeys(children) if not is_backend_private(c)]
+            judged = self.judge.judge_observed(op.name, op.overload, children,
+                                               lambda name, overload: self._child(op, name, overload))
+        finally:
+            self._row_stack.discard(key)
+        self._row_memo[key] = judged
+        return judged
+
+    def _child(self, parent, name: str, overload: str | None) -> Judgement:
+        """A child as observed under ``parent``: the best of its signatures there, else by name."""
+        rows = [r for r in self.by_name.get(name, []) if r.parent == parent.name and r is not parent]
+        if overload is None and rows:
+            return min((self.observed(r) for r in rows), key=lambda j: RANK[j.verdict])
+        return self.intrinsic(name, overload)
 
     def parent_of(self, name: str) -> str | None:
         ops = self.by_name.get(name) or []
@@ -180,7 +207,7 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
                                             f"on the NPU the kernel of {ancestor or 'its public parent'} "
                                             "replaces it",
                                   "judged_through": ancestor, "parent_verdict": judged_as}
-    own = ctx.intrinsic(op.name, op.overload)
+    own = ctx.observed(op)
     evidence = dict(own.evidence)
     cover = ctx.covering_kernel(op)
     if cover:

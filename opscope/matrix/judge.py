@@ -59,14 +59,23 @@ class Judge:
                 self._stack.discard(key)
         return self._memo[key]
 
+    def judge_observed(self, name: str, overload: str | None, children: list,
+                       child_judge: Callable[[str, str | None], Judgement]) -> Judgement:
+        """Judge one observed signature: its own children, each judged by ``child_judge``.
+
+        Signatures of one op name can decompose differently (a dense and a sparse
+        ``aten::t``), so a scan judges every signature with the children seen under it.
+        """
+        return self._judge(name, overload, (list(children), child_judge))
+
     # ---- internals -----------------------------------------------------------------
     def _base_evidence(self) -> dict:
         return {"list": self.release.source, "version": self.release.version}
 
-    def _judge(self, name: str, overload: str | None) -> Judgement:
+    def _judge(self, name: str, overload: str | None, observed=None) -> Judgement:
         base = name.split("::", 1)[1] if "::" in name else name
         if overload is not None:
-            return self._judge_overload(name, base, overload)
+            return self._judge_overload(name, base, overload, observed)
         candidates = self._family(base)
         if not candidates:
             if base in self.release.families():
@@ -77,7 +86,7 @@ class Judge:
                                                                                   "detail": f"{name} is neither in {self.schema.source} nor registered "
                                                    f"in torch_npu {self.release.version}: cannot judge it"},
                             "decomposes")
-        judged = [(o, self._judge_overload(name, base, o)) for o in candidates]
+        judged = [(o, self._judge_overload(name, base, o, observed)) for o in candidates]
         best_overload, best = min(judged, key=lambda oj: RANK[oj[1].verdict])
         evidence = dict(best.evidence)
         if len(candidates) > 1:
@@ -92,7 +101,7 @@ class Judge:
         plain = [o for o in overloads if not self.schema.get(base, o).is_out]
         return plain or list(overloads)
 
-    def _judge_overload(self, name: str, base: str, overload: str) -> Judgement:
+    def _judge_overload(self, name: str, base: str, overload: str, observed=None) -> Judgement:
         key = _key(base, overload)
         registered = self.release.aten.get(key)
         if registered:
@@ -106,7 +115,8 @@ class Judge:
         plugin = self.matrix.plugin.get(key)
         delegate = info.structured_delegate or (plugin.inherit if plugin else None)
         if delegate:
-            target = self.judge(name, delegate.partition(".")[2])
+            target = self.judge(name, delegate.partition(".")[2]) if observed is None else \
+                self._judge_overload(name, base, delegate.partition(".")[2], observed)
             how = "structured_delegate" if info.structured_delegate else "structured_inherit (op-plugin)"
             path = [key, delegate] + list(target.evidence.get("path", [])[1:])
             if target.verdict in GOOD:
@@ -117,15 +127,15 @@ class Judge:
                                               "checked": checked + target.evidence.get("checked", [])},
                              target.kind)
         if info.composite_implicit or info.composite_explicit:
-            return self._decomposition(name, base, key, info, checked)
+            return self._decomposition(name, base, key, info, checked, observed)
         return self._no_kernel(key, info, checked)
 
-    def _decomposition(self, name, base, key, info, checked) -> Judgement:
+    def _decomposition(self, name, base, key, info, checked, observed=None) -> Judgement:
         dispatch_key = "CompositeImplicitAutograd" if info.composite_implicit else \
             next(k for k in info.dispatch if k.startswith("CompositeExplicit"))
         evidence = {**self._base_evidence(), "rule": dispatch_key, "dispatch": list(info.dispatch),
                     "checked": checked}
-        children = [c for c in self.children_of(name)]
+        children, child_judge = observed if observed is not None else (self.children_of(name), self.judge)
         how = "observed in the scan"
         if not children and info.composite_explicit:
             outs = [o for o in self.schema.families.get(base, []) if self.schema.get(base, o).is_out
@@ -144,7 +154,7 @@ class Judge:
             if child_name == name and not child_overload:  # the same name below itself: its out= form
                 outs = [o for o in self.schema.families.get(base, []) if self.schema.get(base, o).is_out]
                 child_overload = outs[0] if outs else ""
-            judged = self.judge(child_name, child_overload or None)
+            judged = child_judge(child_name, child_overload or None)
             short = child_name.rpartition("::")[2]
             results.append((short + (f".{child_overload}" if child_overload else ""), judged))
         worst_name, worst = max(results, key=lambda r: RANK[r[1].verdict])

@@ -1,0 +1,181 @@
+"""The support matrix: rebuilt from the real sources it is byte-for-byte the committed one;
+loading, version resolution, `opscope matrix show|build`, substitutes data."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opscope.errors import UserError
+from opscope.matrix.build import build, build_op_plugin, compress_lines, release_line, wheel_facts
+from opscope.matrix.store import load_matrix, plugin_lines_of, resolve_line
+from opscope.resources import support_matrix_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+OP_PLUGIN = SHARED / "data" / "op_plugin"
+MATRIX = support_matrix_dir()
+needs_op_plugin = pytest.mark.skipif(not (OP_PLUGIN / "op_plugin_functions.yaml").is_file(),
+                                     reason="../shared/data/op_plugin not available")
+
+
+def _opscope(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "opscope", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+# ---- rebuilding reproduces the committed files ---------------------------------------
+
+@needs_op_plugin
+def test_op_plugin_files_rebuild_byte_for_byte(tmp_path):
+    written = build_op_plugin(OP_PLUGIN, tmp_path)
+    assert {p.name for p in written} == {"op_plugin.txt", "dtype_notes.txt"}
+    for path in written:
+        assert path.read_bytes() == (MATRIX / path.name).read_bytes(), f"{path.name} differs from the committed file"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """Two real torch_npu wheels (oldest and newest line) fetched with pip; skip when offline."""
+    where = tmp_path_factory.mktemp("wheels")
+    got = []
+    for version in ("2.14.0", "2.1.0.post17"):
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                               f"torch_npu=={version}", "-d", str(where)], capture_output=True, text=True,
+                              timeout=300)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot download torch_npu {version} with pip: {proc.stderr.strip()[-200:]}")
+        got.append(next(where.glob(f"torch_npu-{version}-*.whl")))
+    return got
+
+
+@pytest.mark.slow
+def test_wheels_rebuild_byte_for_byte(wheels, tmp_path):
+    written = build(tmp_path, wheels=wheels)
+    assert len(written) == 2
+    for path in written:
+        assert path.read_bytes() == (MATRIX / "versions" / path.name).read_bytes(), path.name
+
+
+@pytest.mark.slow
+def test_build_cli_from_wheel_file(wheels, tmp_path):
+    proc = _opscope("matrix", "build", "--wheel", str(wheels[0]), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "versions" / "torch_npu-2.14.txt").read_bytes() == \
+        (MATRIX / "versions" / "torch_npu-2.14.txt").read_bytes()
+    version, lines = wheel_facts(wheels[0])
+    assert version == "2.14.0" and "aten gelu.out codegen:supported" in lines and "contrib ROIAlign contrib" in lines
+
+
+# ---- the committed matrix ----------------------------------------------------------------
+
+def test_every_release_line_2_1_to_2_14_is_present_and_from_a_wheel():
+    matrix = load_matrix()
+    wheel_lines = [line for line, rel in matrix.releases.items() if rel.from_wheel]
+    assert wheel_lines == ["2.1", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12",
+                           "2.13", "2.14"]
+    assert matrix.default_line == "2.14"
+    # lines without a PyPI wheel come from op-plugin's ranges and say so
+    assert {"2.2", "2.15"} <= set(matrix.lines)
+    assert not matrix.release("2.15").from_wheel and "no torch_npu 2.15 wheel" in matrix.release("2.15").note
+    for rel in matrix.releases.values():
+        assert len(rel.aten) > 1000 and len(rel.custom) > 100
+
+
+@needs_op_plugin
+def test_wheel_lists_agree_with_op_plugin_for_the_newest_lines():
+    """Two independent sources: every overload op-plugin implements for 2.13/2.14 is in that wheel."""
+    matrix = load_matrix()
+    for line in ("2.13", "2.14"):
+        implemented = {name for name, e in matrix.plugin.items()
+                       if e.section != "custom" and line in plugin_lines_of(e, matrix.plugin_lines)}
+        missing = implemented - set(matrix.release(line).aten)
+        assert not missing, f"{line}: op-plugin implements {sorted(missing)[:5]} but the wheel lacks them"
+
+
+def test_known_facts_of_the_real_lists():
+    matrix = load_matrix()
+    r14, r8 = matrix.release("2.14"), matrix.release("2.8")
+    assert "gelu.out" in r14.aten and "gelu" not in r14.aten and "huber_loss" not in r14.aten
+    assert "_fused_adam_" in r14.aten and "_fused_adam_" not in r8.aten
+    assert matrix.plugin["abs"].inherit == "abs.out"
+    assert "npu_nms_v4" in r14.custom and "ROIAlign" in r14.contrib
+    assert matrix.dtype_notes["nn.functional.conv2d"]["float32"]["test_compare_cpu"] == "all"
+
+
+@pytest.mark.parametrize("text,line", [(None, "2.14"), ("2.8.0", "2.8"), ("torch_npu==2.8.0.post5", "2.8"),
+                                       ("2.14", "2.14"), ("v2.1", "2.1"), ("2.15", "2.15")])
+def test_resolve_line(text, line):
+    assert resolve_line(load_matrix(), text) == line
+
+
+@pytest.mark.parametrize("text", ["2.99.0", "banana", "torch==2.8.0"])
+def test_resolve_line_rejects_unknown_versions(text):
+    with pytest.raises(UserError) as err:
+        resolve_line(load_matrix(), text)
+    assert "2.14" in str(err.value) or "torch_npu" in str(err.value)
+
+
+def test_version_ranges_compress_over_known_lines():
+    lines = ["2.1", "2.2", "2.3", "2.4", "2.5"]
+    assert compress_lines(["2.1", "2.2", "2.3", "2.5"], lines) == "2.1-2.3,2.5"
+    assert compress_lines([], lines) == "-"
+    assert release_line("2.10.0.post7") == "2.10"
+
+
+# ---- CLI -------------------------------------------------------------------------------------
+
+def test_matrix_show_gelu_across_versions():
+    proc = _opscope("matrix", "show", "aten::gelu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+    rows = {r["line"]: r for r in json.loads(proc.stdout)}
+    assert rows["2.14"]["verdict"] == "composite" and "gelu.out" in rows["2.14"]["evidence"]["path"]
+    assert rows["2.1"]["verdict"] == "native"  # 2.1 still registered the functional gelu
+    table = _opscope("matrix", "show", "huber_loss", "--target", "2.14.0")
+    assert table.returncode == 0 and "cpu-fallback" in table.stdout and "smooth_l1_loss" in table.stdout
+
+
+def test_matrix_cli_errors_are_one_line():
+    for args in (["matrix", "show", "gelu", "--target", "9.9"], ["matrix", "build"],
+                 ["matrix", "build", "--wheel", "/nonexistent/torch_npu-2.1.0-x.whl"], ["matrix"]):
+        proc = _opscope(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stderr.startswith("opscope: error:"), proc.stderr
+
+
+# ---- substitutes data -----------------------------------------------------------------------
+
+def _options():
+    data = yaml.safe_load((MATRIX / "substitutes.yaml").read_text())
+    for op, options in data["substitutes"].items():
+        for option in options:
+            yield op, option
+
+
+def test_every_torch_npu_api_a_substitute_names_is_declared_and_exists():
+    matrix = load_matrix()
+    for op, option in _options():
+        requires = option.get("requires") or {}
+        named = set(re.findall(r"torch_npu\.(?:contrib\.)?(?:module\.|function\.)?(\w+)", option["replacement"]))
+        declared = set(requires.get("custom", [])) | set(requires.get("contrib", []))
+        assert named <= declared, f"{op}: {named - declared} used but not in requires"
+        valid_in = [line for line, rel in matrix.releases.items()
+                    if all(n in rel.custom for n in requires.get("custom", []))
+                    and all(n in rel.contrib for n in requires.get("contrib", []))
+                    and all(n in rel.aten for n in requires.get("aten", []))]
+        assert valid_in, f"{op}: {option['replacement']} is valid in no torch_npu release"
+        assert option.get("rationale"), op
+
+
+def test_huber_substitute_is_numerically_the_huber_loss():
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 3) * 3, torch.randn(64, 3)
+    for delta in (0.5, 1.0, 2.5):
+        assert torch.allclose(F.huber_loss(x, y, delta=delta), delta * F.smooth_l1_loss(x, y, beta=delta), atol=1e-6)

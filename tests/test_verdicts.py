@@ -1,0 +1,266 @@
+"""Verdicts with evidence, checked against the real torch_npu lists.
+
+The issue's examples on hand-built operators shaped like the profiler's, then small
+labelled models (written like real training code) captured with the real profiler and
+judged for three torch_npu releases, then `opscope scan` end to end.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from opscope.capture.inprocess import capture as opscope_capture
+from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
+from opscope.errors import UserError
+from opscope.model import VERDICTS, Finding, Operator, RootCause, ScanResult
+from tests.conftest import EXAMPLES, load_scan, run_opscope
+
+VERSIONS = ("2.1.0", "2.8.0", "2.14.0")
+BAD = ("cpu-fallback", "unsupported")
+
+
+def judge(ops, version):
+    info = assign_verdicts(ops, version)
+    return info, {(op.name, op.parent): op for op in ops}
+
+
+def assert_evidence_chain(op):
+    """No cpu-fallback/unsupported from the name alone: the lists checked and the dispatch keys."""
+    ev = op.evidence
+    assert ev.get("list") and ev.get("version"), (op.name, ev)
+    assert ev.get("checked") and any("not registered" in c for c in ev["checked"]), (op.name, ev)
+    assert ev.get("path"), (op.name, ev)
+    if "weakest_child" not in ev:
+        assert ev.get("dispatch") is not None, (op.name, ev)
+
+
+# ---- the issue's examples -------------------------------------------------------------
+
+def test_gelu_is_supported_through_gelu_out_on_2_14():
+    op = Operator(name="aten::gelu", overload="", dtypes=["float", ""])
+    info, _ = judge([op], "2.14.0")
+    assert info["version"] == "2.14.0" and info["package"] == "torch_npu"
+    assert op.verdict == "composite"
+    assert op.evidence["path"][:2] == ["gelu", "gelu.out"] and "structured_delegate" in op.evidence["rule"]
+    old = Operator(name="aten::gelu", overload="")
+    assign_verdicts([old], "2.1.0")
+    assert old.verdict == "native"  # torch_npu 2.1 registered the functional gelu itself
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_huber_loss_falls_back_with_evidence_and_substitute(version):
+    fwd = Operator(name="aten::huber_loss", overload="", dtypes=["float", "float", "Scalar", "Scalar"],
+                   children=["aten::empty_like", "aten::mean"], self_time_us=300.0)
+    empty = Operator(name="aten::empty_like", overload="", parent="aten::huber_loss", top_level=False)
+    bwd = Operator(name="aten::huber_loss_backward", overload="", phase="backward",
+                   children=["aten::zeros_like", "aten::huber_loss_backward"])
+    inner = Operator(name="aten::huber_loss_backward", overload=None, parent="aten::huber_loss_backward",
+                     top_level=False)
+    judge([fwd, empty, bwd, inner], version)
+    assert fwd.verdict == "cpu-fallback" and bwd.verdict == "cpu-fallback" and inner.verdict == "cpu-fallback"
+    for op in (fwd, bwd, inner):
+        assert_evidence_chain(op)
+    assert "CPU" in fwd.evidence["dispatch"] and fwd.evidence["rule"] == "no-npu-kernel"
+    assert bwd.evidence["path"][:2] == ["huber_loss_backward", "huber_loss_backward.out"]
+    assert "smooth_l1_loss" in fwd.substitute["replacement"] and fwd.substitute["rationale"]
+    assert empty.verdict == "native" and "inside" in empty.evidence  # needs no support of its own
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_pixel_shuffle_and_linear_are_composite(version):
+    ps = Operator(name="aten::pixel_shuffle", overload="")
+    linear = Operator(name="aten::linear", overload="", children=["aten::t", "aten::addmm"])
+    t = Operator(name="aten::t", overload="", parent="aten::linear", children=["aten::transpose"])
+    addmm = Operator(name="aten::addmm", overload="", parent="aten::linear")
+    judge([ps, linear, t, addmm], version)
+    assert ps.verdict == "composite" and ps.evidence["rule"] == "CompositeExplicitAutogradNonFunctional"
+    assert linear.verdict == "composite" and linear.evidence["children"] == {"t": "composite", "addmm": "native"}
+    assert addmm.verdict == "native"
+
+
+def test_mkldnn_convolution_is_judged_through_convolution():
+    conv = Operator(name="aten::convolution", overload="", parent="aten::conv2d", children=["aten::_convolution"])
+    inner = Operator(name="aten::_convolution", overload="", parent="aten::convolution",
+                     children=["aten::mkldnn_convolution"])
+    mkldnn = Operator(name="aten::mkldnn_convolution", overload="", parent="aten::_convolution")
+    judge([conv, inner, mkldnn], "2.14.0")
+    assert conv.verdict == "native"
+    assert mkldnn.verdict == "not-applicable"
+    assert mkldnn.evidence["judged_through"] == "aten::_convolution" and mkldnn.evidence["parent_verdict"] == "native"
+
+
+@pytest.mark.parametrize("version,verdict", [("2.14.0", "native"), ("2.8.0", "cpu-fallback"),
+                                             ("2.1.0", "cpu-fallback"), ("2.7.1", "native")])
+def test_fused_adam(version, verdict):
+    op = Operator(name="aten::_fused_adam_", overload="", phase="optimizer")
+    judge([op], version)
+    assert op.verdict == verdict
+    if verdict == "cpu-fallback":
+        assert_evidence_chain(op)
+        assert op.evidence["first_supported_in"].startswith("torch_npu 2.")
+        assert "foreach=True" in op.substitute["replacement"]
+
+
+def test_unknown_namespace_is_never_guessed_and_c10d_runs_on_hccl():
+    custom = Operator(name="mylib::fused_thing", overload=None)
+    nms = Operator(name="torchvision::nms", overload=None)
+    allreduce = Operator(name="c10d::allreduce_", overload=None)
+    judge([custom, nms, allreduce], "2.14.0")
+    assert custom.verdict == "unknown" and "mylib" in custom.evidence["detail"] and custom.substitute is None
+    assert nms.verdict == "unknown" and nms.substitute["replacement"].startswith("torch_npu.npu_nms_v4")
+    assert allreduce.verdict == "native" and "hccl" in allreduce.evidence["rule"]
+
+
+def test_resolve_target():
+    assert resolve_target(None) == "2.14.0"
+    assert resolve_target("torch_npu==2.8.0") == "2.8.0.post5"
+    with pytest.raises(UserError) as err:
+        resolve_target("3.0.0")
+    assert "2.14" in str(err.value)
+
+
+def test_readiness_summary_counts_time_and_score():
+    ok = Operator(name="aten::addmm", overload="", self_time_us=900.0)
+    slow = Operator(name="aten::huber_loss", overload="", self_time_us=100.0)
+    result = ScanResult(operators=[ok, slow])
+    assign_verdicts(result.operators, "2.14.0")
+    summary = readiness_summary(result)
+    assert summary["verdict_counts"]["native"] == 1 and summary["verdict_counts"]["cpu-fallback"] == 1
+    assert summary["cpu_fallback_time_share"] == pytest.approx(0.1)
+    assert summary["blocking_signatures"] == 1
+    assert summary["readiness_score"] == round(100 * (0.5 * 0.9 + 0.5 * 0.5))  # 70
+    result.root_causes = [RootCause(source="train.py:3", cause="input-varies")]
+    result.findings = [Finding(rule="cuda-device", file="t.py", line=1, api="cuda", message="", severity="error")]
+    worse = readiness_summary(result)
+    assert worse["dynamic_root_causes"] == 1 and worse["findings"] == 1
+    assert worse["readiness_score"] == 70 - 5 - 2
+    assert readiness_summary(ScanResult())["readiness_score"] == 100
+
+
+# ---- labelled small models, real profiler, three releases -------------------------------
+
+def _capture(tmp_path, model, batch, loss_fn, optimizer, steps=2):
+    with opscope_capture(out=tmp_path, steps=steps, formats=(), export_traces=False, static_scan=False) as cap:
+        for _ in range(steps):
+            x, y = batch()
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            cap.step()
+    return cap.result.operators
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                                      nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(inplace=True),
+                                      nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+class SuperRes(nn.Module):
+    """ESPCN-style upscaler: conv features then a sub-pixel (pixel shuffle) layer."""
+
+    def __init__(self, scale=2):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.Tanh(), nn.Conv2d(16, 3 * scale ** 2, 3, padding=1))
+        self.shuffle = nn.PixelShuffle(scale)
+
+    def forward(self, x):
+        return self.shuffle(self.body(x))
+
+
+def _labelled_models():
+    torch.manual_seed(0)
+    cnn = SmallCNN()
+    mlp = nn.Sequential(nn.Linear(20, 32), nn.GELU(), nn.Linear(32, 1))
+    sr = SuperRes()
+    return {
+        # name: (model, batch, loss, optimizer, {op: {version: verdict}})
+        "cnn": (cnn, lambda: (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))), F.cross_entropy,
+                torch.optim.SGD(cnn.parameters(), lr=0.1, momentum=0.9),
+                {"aten::convolution": "native", "aten::linear": "composite", "aten::cross_entropy_loss": "composite",
+                 "aten::native_batch_norm": "native", "aten::max_pool2d": "composite"}),
+        "huber-mlp": (mlp, lambda: (torch.randn(8, 20), torch.randn(8, 1)), nn.HuberLoss(delta=0.5),
+                      torch.optim.Adam(mlp.parameters(), lr=1e-3, fused=True),
+                      {"aten::huber_loss": "cpu-fallback", "aten::huber_loss_backward": "cpu-fallback",
+                       "aten::gelu": {"2.1.0": "native", "2.8.0": "composite", "2.14.0": "composite"},
+                       "aten::_fused_adam_": {"2.1.0": "cpu-fallback", "2.8.0": "cpu-fallback", "2.14.0": "native"}}),
+        "super-res": (sr, lambda: (torch.randn(2, 3, 8, 8), torch.randn(2, 3, 16, 16)), F.mse_loss,
+                      torch.optim.AdamW(sr.parameters(), lr=1e-3),
+                      {"aten::pixel_shuffle": "composite", "aten::tanh": "native", "aten::mse_loss": "native"}),
+    }
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    out = {}
+    for name, (model, batch, loss, opt, labels) in _labelled_models().items():
+        out[name] = (_capture(tmp_path_factory.mktemp(name), model, batch, loss, opt), labels)
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["cnn", "huber-mlp", "super-res"])
+def test_labelled_models(captured, name, version):
+    operators, labels = captured[name]
+    assign_verdicts(operators, version)
+    by_name = {}
+    for op in operators:
+        assert op.verdict in VERDICTS
+        by_name.setdefault(op.name, set()).add(op.verdict)
+        if op.verdict in BAD:
+            assert_evidence_chain(op)
+    for op_name, expected in labels.items():
+        want = expected[version] if isinstance(expected, dict) else expected
+        assert op_name in by_name, f"{op_name} not captured"
+        assert want in by_name[op_name], (op_name, version, by_name[op_name])
+        # a supported op never also shows up as a fallback
+        if want not in BAD:
+            assert not by_name[op_name] & set(BAD), (op_name, version, by_name[op_name])
+    if name == "cnn":  # a clean CNN is fully native/composite on every release
+        assert not {v for vs in by_name.values() for v in vs} & {"cpu-fallback", "unsupported", "unknown"}
+
+
+def test_dtype_warning_for_numeric_mismatch_upstream():
+    op = Operator(name="aten::convolution", overload="", dtypes=["float", "float", "float"] + [""] * 6)
+    assign_verdicts([op], "2.14.0")
+    assert op.verdict == "native"
+    assert any(w.startswith("float32: upstream test_compare_cpu") for w in op.evidence["dtype_warnings"])
+    half = Operator(name="aten::convolution", overload="", dtypes=["c10::Half"])
+    assign_verdicts([half], "2.14.0")
+    assert "dtype_warnings" not in half.evidence
+
+
+# ---- end to end ----------------------------------------------------------------------------
+
+def test_scan_huber_example_reports_fallback_share_and_substitute(tmp_path):
+    proc = run_opscope("scan", EXAMPLES / "train_huber.py", "--steps", "2", "--out", tmp_path, "--target", "2.14.0",
+                       "--format", "json", "--fail-under", "99")
+    assert proc.returncode == 5, proc.stderr[-2000:]  # documented exit code of --fail-under
+    scan = load_scan(tmp_path)
+    assert scan["target"]["version"] == "2.14.0"
+    huber = [op for op in scan["operators"] if op["name"] == "aten::huber_loss"]
+    assert huber and all(op["verdict"] == "cpu-fallback" for op in huber)
+    assert "smooth_l1_loss" in huber[0]["substitute"]["replacement"]
+    assert 0 < scan["summary"]["cpu_fallback_time_share"] < 1
+    assert scan["summary"]["verdict_counts"]["cpu-fallback"] >= 2
+    assert 0 <= scan["summary"]["readiness_score"] < 99
+    assert "readiness for torch_npu 2.14.0" in proc.stdout
+
+
+def test_scan_clean_cnn_is_all_native_or_composite(cnn_scan):
+    scan = load_scan(cnn_scan)
+    counts = scan["summary"]["verdict_counts"]
+    assert counts["native"] > 0 and counts["cpu-fallback"] == counts["unsupported"] == counts["unknown"] == 0
+    assert scan["summary"]["native_or_composite_share"] == 1.0
+    json.dumps(scan["operators"][0]["evidence"])  # evidence is plain JSON
