@@ -137,10 +137,7 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
 
 
 def _add_verdicts(result: ScanResult, target: str | None) -> None:
-    try:  # TEMP until verdicts land
-        from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
-    except ImportError:
-        return
+    from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
     version = resolve_target(target)
     result.target = assign_verdicts(result.operators, version)
     _mark_host_only(result)

@@ -75,11 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
     _check_out(out)
-    try:  # TEMP
-        from opscope.analysis.verdicts import resolve_target
-        resolve_target(args.target)
-    except ImportError:
-        pass  # fail fast on an unknown torch_npu version, before running anything
+    from opscope.analysis.verdicts import resolve_target
+    resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything  # fail fast on an unknown torch_npu version, before running anything
     from opscope.capture.runner import run_script
     if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
         raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
