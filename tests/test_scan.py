@@ -202,3 +202,23 @@ def test_host_only_data_loading_is_not_an_npu_candidate(cnn_scan):
     assert all(not op["on_device"] for op in by_name["aten::stack"])
     assert all(op["on_device"] for op in by_name["aten::conv2d"] + by_name["aten::convolution_backward"])
     assert any("only ran on host tensors" in note for note in scan["notes"])
+
+
+def test_huber_example_reports_cpu_fallback_with_substitute_and_time_share(huber_scan):
+    scan = load_scan(huber_scan)
+    assert scan["target"]["version"] == "2.14.0"
+    huber = [op for op in scan["operators"] if op["name"] == "aten::huber_loss"]
+    assert huber and all(op["verdict"] == "cpu-fallback" for op in huber)
+    assert huber[0]["substitute"] and "smooth_l1_loss" in huber[0]["substitute"]["replacement"]
+    assert huber[0]["evidence"]["checked"]  # the evidence chain, not the name alone
+    summary = scan["summary"]
+    assert 0 < summary["cpu_fallback_time_share"] < 1 and summary["verdict_counts"]["cpu-fallback"] >= 1
+    assert 0 <= summary["readiness_score"] <= 100
+
+
+def test_fail_under_gates_on_the_readiness_score(tmp_path):
+    proc = run_opscope("scan", EXAMPLES / "train_huber.py", "--steps", "2", "--out", tmp_path, "--quiet",
+                       "--format", "", "--fail-under", "100")
+    assert proc.returncode == 5 and "below --fail-under" in proc.stderr
+    proc = run_opscope("scan", "examples/train_huber.py", "--target", "9.9.9")
+    assert proc.returncode == 2 and "9.9.9" in proc.stderr and "Traceback" not in proc.stderr
