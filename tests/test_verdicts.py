@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from opscope.capture.inprocess import capture as opscope_capture
-from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
+from opscope.analysis.verdicts import assign_verdicts, describe_readiness, readiness_summary, resolve_target
 from opscope.errors import UserError
 from opscope.model import VERDICTS, Finding, Operator, RootCause, ScanResult
 from tests.conftest import EXAMPLES, load_scan, run_opscope
@@ -132,6 +132,11 @@ def test_readiness_summary_counts_time_and_score():
     assert summary["verdict_counts"]["native"] == 1 and summary["verdict_counts"]["cpu-fallback"] == 1
     assert summary["cpu_fallback_time_share"] == pytest.approx(0.1)
     assert summary["blocking_signatures"] == 1
+    assert summary["blocking_ops"][0]["op"] == "aten::huber_loss"
+    assert summary["blocking_ops"][0]["time_share"] == pytest.approx(0.1)
+    assert "smooth_l1_loss" in summary["blocking_ops"][0]["substitute"]
+    line = describe_readiness(summary, {"version": "2.14.0"})
+    assert line.startswith("readiness for torch_npu 2.14.0: 70/100") and "1 operator signature(s)" in line
     assert summary["readiness_score"] == round(100 * (0.5 * 0.9 + 0.5 * 0.5))  # 70
     result.root_causes = [RootCause(source="train.py:3", cause="input-varies")]
     result.findings = [Finding(rule="cuda-device", file="t.py", line=1, api="cuda", message="", severity="error")]

@@ -34,10 +34,11 @@ from opscope.resources import support_matrix_dir
 BAD = ("cpu-fallback", "unsupported", "unknown")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=None)
 def _data(name: str) -> dict:
     path = support_matrix_dir() / name
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}) if path.is_file() else {}
 
 
 def private_patterns() -> list[str]:
@@ -242,7 +243,9 @@ def dtype_warnings(op) -> list[str]:
 def readiness_summary(result) -> dict:
     """Counts, time shares and a 0-100 readiness score for a ScanResult with verdicts set.
 
-    Time is operator self time (host), summed per verdict, as a share of all operators'.
+    Time is operator self time (host), summed per verdict over the captured steps, as a
+    share of all operators' (the step's operator time; wall time of a first step also holds
+    start-up work such as DataLoader workers, so it is not the denominator).
     ``readiness_score`` = 100 x (0.5 x time_ok + 0.5 x signatures_ok)
         - 5 per dynamic-shape root cause (at most 20)
         - 2 per error finding + 0.5 per warning finding (at most 10 together)
@@ -283,6 +286,7 @@ def readiness_summary(result) -> dict:
         "time_share": {v: round(s, 6) for v, s in share.items()},
         "cpu_fallback_time_share": round(share.get("cpu-fallback", 0.0), 6),
         "blocking_signatures": len(blocking),
+        "blocking_ops": _blocking_ops(blocking, total),
         "blocking_time_share": round(sum(share.get(v, 0.0) for v in BAD), 6),
         "native_or_composite_share": round((counts["native"] + counts["composite"]) / len(judged), 6)
         if judged else 1.0,
@@ -296,5 +300,37 @@ def readiness_summary(result) -> dict:
     }
 
 
-__all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "substitute_for", "dtype_warnings",
+def _blocking_ops(blocking, total_us: float) -> list[dict]:
+    """Operators between the script and a clean NPU run, by name, most time first."""
+    by_name: dict = {}
+    for op in blocking:
+        row = by_name.setdefault(op.name, {"op": op.name, "verdict": op.verdict, "signatures": 0, "calls": 0,
+                                           "self_time_us": 0.0, "source": op.source,
+                                           "first_supported_in": (op.evidence or {}).get("first_supported_in"),
+                                           "substitute": (op.substitute or {}).get("replacement")})
+        if RANK[op.verdict] > RANK[row["verdict"]]:
+            row["verdict"] = op.verdict
+        row["signatures"] += 1
+        row["calls"] += int(op.calls or 0)
+        row["self_time_us"] += float(op.self_time_us or 0.0)
+    rows = sorted(by_name.values(), key=lambda r: (-r["self_time_us"], r["op"]))
+    for row in rows:
+        row["time_share"] = round(row["self_time_us"] / total_us, 6) if total_us else 0.0
+    return rows
+
+
+def describe_readiness(summary: dict, target: dict | None = None) -> str:
+    """One line for a terminal: what stands between the script and a clean NPU run."""
+    if not summary:
+        return "readiness: not computed"
+    version = (target or {}).get("version", "?")
+    share = summary.get("blocking_time_share") or 0.0
+    return (f"readiness for torch_npu {version}: {summary.get('readiness_score')}/100 - "
+            f"{summary.get('blocking_signatures', 0)} operator signature(s) not running natively "
+            f"({share:.1%} of operator time, {summary.get('cpu_fallback_time_share', 0.0):.1%} in CPU fallbacks), "
+            f"{summary.get('dynamic_root_causes', 0)} dynamic-shape root cause(s), "
+            f"{summary.get('findings', 0)} CUDA-API finding(s)")
+
+
+__all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",
            "is_backend_private", "UserError", "RANK"]

@@ -167,6 +167,8 @@ class Judge:
                          "weakest_child": {worst_name: worst.evidence},
                          "detail": f"decomposes into {worst_name}, which is {worst.verdict}"})
         evidence["rule"] = f"{dispatch_key}: weakest child {worst.verdict}"
+        if worst.evidence.get("first_supported_in"):
+            evidence["first_supported_in"] = worst.evidence["first_supported_in"]
         return Judgement(worst.verdict, evidence, "decomposes")
 
     def _no_kernel(self, key, info, checked) -> Judgement:
