@@ -1,0 +1,122 @@
+"""`opscope verify`: prove, operator by operator and loss by loss, that the device computes what the CPU does.
+
+* ``opscope verify RUN_DIR --device npu|cuda|cpu`` replays every captured operator
+  signature on the device and on the CPU (float64 oracle), judges it with msprobe's
+  standards and writes ``verification`` into RUN_DIR/scan.json.
+* ``opscope verify --e2e train.py --device DEV --steps N -- ARGS`` runs the script's first
+  N steps on the CPU and on the device from the same seed and compares the loss per step.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from opscope.errors import EXIT_VERIFY_FAILED, UserError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "verify", help="replay captured operators on a device vs a CPU float64 oracle; compare e2e losses",
+        description="Operator pass: replay every operator signature of a scan (RUN_DIR) on --device and on "
+                    "the CPU, judge with msprobe's accuracy standards (support_matrix/verify_standards.yaml) "
+                    "and store the results in RUN_DIR/scan.json. End-to-end pass (--e2e SCRIPT): run the "
+                    "script's first --steps steps on the CPU and on --device from the same seed and compare "
+                    "the loss step by step. Script arguments go after `--`.")
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="output folder of `opscope scan` (holds scan.json)")
+    p.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for the --e2e script")
+    p.add_argument("--device", default="auto", help="npu|cuda|cpu (default auto: npu, else cuda, else cpu)")
+    p.add_argument("--e2e", metavar="SCRIPT", help="also run SCRIPT on the CPU and on --device and compare losses")
+    p.add_argument("--steps", type=int, default=5, help="e2e: steps to run and compare (default 5)")
+    p.add_argument("--rtol", type=float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
+    p.add_argument("--atol", type=float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs and for both e2e runs (default 0)")
+    p.add_argument("--timeout", type=float, default=None, help="e2e: stop each run after this many seconds")
+    p.add_argument("--out", default=None, help="e2e: folder for the two runs and e2e.json "
+                                               "(default RUN_DIR/e2e, or opscope-e2e/)")
+    p.add_argument("--only", action="append", metavar="OP", help="only ops whose name contains OP (repeatable)")
+    p.add_argument("--max-elements", type=int, default=50_000_000,
+                   help="skip signatures whose inputs exceed this many elements (default 50M)")
+    p.add_argument("--top", type=int, default=20, help="rows in the terminal table (default 20)")
+    p.add_argument("--show-skipped", action="store_true", help="list skipped signatures in the table too")
+    p.add_argument("--quiet", action="store_true", help="no terminal tables")
+    p.set_defaults(func=run)
+
+
+def _device(name: str) -> str:
+    name = (name or "auto").lower()
+    if name != "auto":
+        if name not in ("npu", "cuda", "cpu"):
+            raise UserError(f"unknown --device {name!r}: use npu, cuda or cpu")
+        return name
+    import importlib.util
+
+    import torch
+    if importlib.util.find_spec("torch_npu") is not None:
+        try:
+            import torch_npu  # noqa: F401
+            if torch.npu.is_available():
+                return "npu"
+        except Exception:
+            pass
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run(args) -> int:
+    from rich.console import Console
+    console = Console(stderr=True)
+    if not args.run_dir and not args.e2e:
+        raise UserError("give RUN_DIR (a folder written by `opscope scan`) and/or --e2e SCRIPT")
+    if args.steps < 1:
+        raise UserError("--steps must be at least 1")
+    if args.max_elements is not None and args.max_elements < 1:
+        raise UserError("--max-elements must be a positive number")
+    if args.script_args and not args.e2e:
+        raise UserError("script arguments after `--` need --e2e SCRIPT")
+    device = _device(args.device)
+    failed = False
+    scan, scan_path, verification = None, None, None
+    if args.run_dir:
+        from opscope.report.json_out import read_scan_json
+        scan_path = Path(args.run_dir) / "scan.json" if Path(args.run_dir).is_dir() else Path(args.run_dir)
+        scan = read_scan_json(scan_path)
+        verification = _operator_pass(scan, scan_path.parent, device, args, console)
+        failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
+    if args.e2e:
+        from opscope.replay.e2e import run_e2e
+        out = Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path else Path("opscope-e2e"))
+        e2e = run_e2e(args.e2e, list(args.script_args or []), out, device=device, steps=args.steps,
+                      seed=args.seed, rtol=args.rtol, atol=args.atol, timeout=args.timeout, console=console)
+        if not args.quiet:
+            from opscope.report.verify_terminal import print_e2e
+            print_e2e(e2e, console)
+        failed |= e2e["comparison"]["verdict"] in ("fail", "error")
+        if verification is None and scan is not None:
+            verification = {}
+        if verification is not None:
+            verification["e2e"] = e2e
+    if scan is not None:
+        from opscope.report.json_out import write_scan_json
+        scan.verification = verification
+        write_scan_json(scan, scan_path)
+        console.print(f"verification written to {scan_path}")
+    return EXIT_VERIFY_FAILED if failed else 0
+
+
+def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
+    from opscope.replay.run import verify_operators
+    from opscope.report.verify_terminal import print_verification, progress_bar
+    if not scan.operators:
+        raise UserError(f"{run_dir}/scan.json has no operators (static-only scan?); "
+                        "run `opscope scan SCRIPT` to capture some")
+    with progress_bar(console, f"verifying on {device}") as update:
+        verification = verify_operators(scan.operators, device, run_dir=run_dir, seed=args.seed,
+                                         progress=update, max_elements=args.max_elements, only=args.only)
+    if not args.quiet:
+        print_verification(verification, console, top=args.top, show_skipped=args.show_skipped)
+    return verification
+
+
+def load_verification(run_dir) -> dict | None:
+    """The ``verification`` block of a run directory's scan.json (None before `opscope verify`)."""
+    path = Path(run_dir) / "scan.json"
+    return json.loads(path.read_text(encoding="utf-8")).get("verification")

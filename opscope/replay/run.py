@@ -1,0 +1,250 @@
+"""Run one captured signature three ways and judge the device against the CPU.
+
+* device:    the op on the device under test, in the captured dtypes
+* reference: the op on the CPU, in the captured dtypes (a trusted low-precision result)
+* oracle:    the op on the CPU with every floating input in float64 (the golden values)
+
+Same input values for all three (built once by ``opscope.replay.inputs``).  ``--device
+cpu`` makes device and reference the same computation, so the whole path runs in CI; the
+NPU path is this code with ``torch.device("npu")`` once ``torch_npu`` imports.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from opscope.errors import UserError
+from opscope.replay.inputs import (SCALAR_TYPE_ARGS, DumpedTensors, NotReplayable, SyntheticTensors,
+                                   build_call, load_standards, short_name)
+
+FLOAT_CODES = {5, 6, 7, 15}   # c10 ScalarType: Half, Float, Double, BFloat16
+DOUBLE_CODE = 7
+
+
+def resolve_device(name: str):
+    """torch.device for ``npu`` / ``cuda`` / ``cpu``; a UserError when it is not usable here."""
+    import torch
+    name = (name or "").lower()
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA device is available here; use --device cpu "
+                            "or run verify on a GPU machine")
+        return torch.device("cuda")
+    if name == "npu":
+        try:
+            import torch_npu  # noqa: F401
+        except Exception as exc:  # torch_npu missing or CANN not set up
+            raise UserError(f"--device npu: torch_npu is not importable ({type(exc).__name__}); install "
+                            "torch_npu with CANN on an Ascend machine, or use --device cpu") from None
+        if not torch.npu.is_available():  # pragma: no cover - needs Ascend hardware
+            raise UserError("--device npu: torch_npu imported but no NPU is visible; check npu-smi "
+                            "and ASCEND_RT_VISIBLE_DEVICES")
+        return torch.device("npu")
+    raise UserError(f"unknown --device {name!r}: use npu, cuda or cpu")
+
+
+# ------------------------------------------------------------------ moving calls
+
+def _map(value, fn):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(v, fn) for v in value)
+    return value
+
+
+def to_device(call, device):
+    """Args/kwargs on ``device``; 0-dim float64 tensors (wrapped Python numbers) stay host scalars."""
+    import torch
+
+    def move(t):
+        if t.dim() == 0 and t.dtype == torch.float64 and device.type != "cpu":
+            return t.clone()
+        return t.to(device, copy=True)
+
+    args = _map(call.args, move)
+    kwargs = {k: _map(v, move) for k, v in call.kwargs.items()}
+    if "device" in kwargs:
+        kwargs["device"] = device
+    return args, kwargs
+
+
+def to_oracle(call):
+    """Args/kwargs with floating tensors and float ScalarType arguments promoted to float64."""
+    import torch
+
+    def up(t):
+        return t.to(torch.float64) if t.dtype.is_floating_point else t.clone()
+
+    args = _map(call.args, up)
+    kwargs = {k: _map(v, up) for k, v in call.kwargs.items()}
+    names = [a.name for a in call.schema.arguments]
+    for i, value in enumerate(args):
+        if i < len(names) and names[i] in SCALAR_TYPE_ARGS and value in FLOAT_CODES:
+            args[i] = DOUBLE_CODE
+    for key in SCALAR_TYPE_ARGS:
+        if kwargs.get(key) in FLOAT_CODES:
+            kwargs[key] = DOUBLE_CODE
+    return args, kwargs
+
+
+def cpu_copy(call):
+    return _map(call.args, lambda t: t.clone()), {k: _map(v, lambda t: t.clone()) for k, v in call.kwargs.items()}
+
+
+def flatten_outputs(value) -> list:
+    """Tensors of an op's result in order (nested tuples/lists flattened; None kept)."""
+    import torch
+    if isinstance(value, (list, tuple)):
+        out = []
+        for v in value:
+            out.extend(flatten_outputs(v))
+        return out
+    if isinstance(value, torch.Tensor) or value is None:
+        return [value]
+    if isinstance(value, (bool, int, float)):
+        return [torch.tensor(value)]
+    return [None]
+
+
+def run_on_device(call, device):
+    """Run the call on ``device`` and bring the outputs back to the CPU.  (Tests perturb this.)"""
+    args, kwargs = to_device(call, device)
+    outputs = flatten_outputs(call.packet()(*args, **kwargs))
+    if device.type != "cpu":
+        import torch
+        getattr(torch, device.type).synchronize()
+    return [o.detach().cpu() if o is not None else None for o in outputs]
+
+
+def run_reference(call):
+    args, kwargs = cpu_copy(call)
+    return [o.detach() if o is not None else None for o in flatten_outputs(call.packet()(*args, **kwargs))]
+
+
+def run_oracle(call):
+    args, kwargs = to_oracle(call)
+    return [o.detach() if o is not None else None for o in flatten_outputs(call.packet()(*args, **kwargs))]
+
+
+# ------------------------------------------------------------------ one signature
+
+@dataclass
+class SignatureResult:
+    op: str
+    overload: str | None
+    input_shapes: list
+    dtypes: list
+    outcome: str                      # pass | warn | fail | error | skipped
+    metrics: dict = field(default_factory=dict)
+    standard: str | None = None
+    message: str = ""
+    predicted_verdict: str | None = None
+    disagreement: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        from opscope.model import _clean
+        return _clean(self)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _cpu_refusal(op, exc) -> str:
+    floats = {d for d in op.dtypes if d in ("float", "double", "c10::Half", "c10::BFloat16")}
+    if len(floats) > 1:
+        return ("recorded under autocast with mixed float dtypes (autocast casts before the kernel); "
+                "the ops it dispatches to are verified as their own signatures")
+    return f"inputs not accepted by the CPU op either ({_one_line(exc)})"
+
+
+def verify_signature(op, device, source=None, standards: dict | None = None,
+                     max_elements: int | None = None) -> SignatureResult:
+    """Replay one captured signature on ``device`` and judge it against the CPU."""
+    import torch
+    from opscope.analysis.verify import judge_outputs, prediction_disagreement
+    standards = standards or load_standards()
+    started = time.perf_counter()
+    result = SignatureResult(op=op.name, overload=op.overload, input_shapes=op.input_shapes, dtypes=op.dtypes,
+                             outcome="skipped", predicted_verdict=getattr(op, "verdict", None))
+    try:
+        if getattr(op, "on_device", True) is False:
+            raise NotReplayable("host-only op in this script (set-up or data loading on CPU tensors); "
+                                "it stays on the CPU after porting")
+        call = build_call(op, source=source, standards=standards, max_elements=max_elements)
+        if op.overload is None:
+            result.overload = call.schema.overload_name or "default"
+        with torch.no_grad():
+            try:
+                reference = run_reference(call)
+            except Exception as exc:  # the op refuses our inputs on the CPU too: not a device problem
+                raise NotReplayable(_cpu_refusal(op, exc)) from None
+            try:
+                oracle = run_oracle(call)
+            except Exception:  # no float64 kernel (or dtype-bound args): judge against the CPU only
+                oracle = None
+            try:
+                device_out = run_on_device(call, device)
+            except Exception as exc:
+                result.outcome = "error"
+                result.message = _one_line(exc)
+                return result
+        _, base = short_name(op.name)
+        judged = judge_outputs(base, device_out, reference, oracle, standards)
+        result.outcome, result.metrics, result.standard, result.message = (
+            judged["outcome"], judged["metrics"], judged["standard"], judged["message"])
+    except NotReplayable as why:
+        result.outcome, result.message = "skipped", str(why)
+    except Exception as exc:  # a bug in the replay itself must not stop the other signatures
+        result.outcome = "skipped"
+        result.message = f"opscope could not replay this op: {_one_line(exc)}"
+        result.metrics = {"traceback": traceback.format_exc(limit=3)[-800:]}
+    finally:
+        result.seconds = round(time.perf_counter() - started, 4)
+        result.disagreement = prediction_disagreement(result.outcome, result.predicted_verdict, device.type)
+    return result
+
+
+def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, progress=None,
+                     max_elements: int | None = 50_000_000, only=None) -> dict:
+    """Verify every signature; returns the ``verification`` dict stored in scan.json.
+
+    ``progress(done, total, result)`` is called after each signature; ``only`` filters by
+    op name substring.
+    """
+    from opscope.analysis.verify import summarise
+    device = resolve_device(device_name)
+    standards = load_standards()
+    source = SyntheticTensors(seed)
+    dumped = DumpedTensors(run_dir, source) if run_dir else None
+    if dumped is not None and dumped.available():
+        source = dumped
+    chosen = [op for op in operators if not only or any(s in op.name for s in only)]
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    clock = time.perf_counter()
+    results = []
+    for i, op in enumerate(chosen, 1):
+        res = verify_signature(op, device, source=source, standards=standards, max_elements=max_elements)
+        results.append(res)
+        if progress is not None:
+            progress(i, len(chosen), res)
+    rows = [r.to_dict() for r in results]
+    return {
+        "device": device_name,
+        "started_at": started_at,
+        "duration_s": round(time.perf_counter() - clock, 3),
+        "inputs": "dumped" if isinstance(source, DumpedTensors) else "synthetic",
+        "seed": seed,
+        "reference": "CPU in the captured dtype; oracle: CPU float64",
+        "standards": "support_matrix/verify_standards.yaml (msprobe accuracy-checker standards)",
+        "counts": summarise(rows),
+        "results": rows,
+    }

@@ -1,0 +1,81 @@
+"""Terminal output of `opscope verify`: a progress bar while replaying, tables after."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from opscope.analysis.verify import result_rows
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "red", "skipped": "dim"}
+
+
+@contextmanager
+def progress_bar(console, total_label: str = "verifying"):
+    """Yields ``update(done, total, result)`` that drives a rich progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[op]}", style="dim"), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(total_label, total=None, op="")
+
+        def update(done: int, total: int, result) -> None:
+            bar.update(task, completed=done, total=total, op=f"{result.op} {result.outcome}")
+
+        yield update
+
+
+def _fmt(value, digits=4):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def print_verification(verification: dict, console, top: int = 20, show_skipped: bool = False) -> None:
+    """Counts per outcome, then the worst signatures with the msprobe metrics."""
+    from rich.table import Table
+    counts = verification.get("counts", {})
+    summary = Table(title=f"Operator verification on {verification.get('device')} "
+                          f"({verification.get('inputs', 'synthetic')} inputs)", show_lines=False)
+    for outcome in ("pass", "warn", "fail", "error", "skipped"):
+        summary.add_column(outcome, justify="right", style=STYLE[outcome])
+    summary.add_column("disagreements", justify="right")
+    summary.add_row(*[str(counts.get(k, 0)) for k in ("pass", "warn", "fail", "error", "skipped",
+                                                        "disagreements")])
+    console.print(summary)
+    rows = [r for r in result_rows(verification) if show_skipped or r["outcome"] != "skipped"]
+    if not rows:
+        return
+    table = Table(title=f"Signatures (worst first, {min(top, len(rows))} of {len(rows)})")
+    for name in ("outcome", "op", "dtypes", "cosine", "max abs err", "max rel err", "<0.1%", "<0.5%",
+                 "standard", "message"):
+        table.add_column(name, overflow="fold")
+    for row in rows[:top]:
+        dtypes = ",".join(d.replace("c10::", "") for d in (row["dtypes"] or []) if d not in ("Scalar", "ScalarList", ""))
+        message = row["message"] or ""
+        if row.get("disagreement"):
+            message = f"{row['disagreement']}; {message}".strip("; ")
+        table.add_row(f"[{STYLE.get(row['outcome'], '')}]{row['outcome']}[/]", row["op"], dtypes,
+                      _fmt(row["cosine"], 6), _fmt(row["max_abs_err"]), _fmt(row["max_rel_err"]),
+                      _fmt(row["ratio_rel_err_lt_0_001"]), _fmt(row["ratio_rel_err_lt_0_005"]),
+                      row["standard"] or "-", message[:160])
+    console.print(table)
+
+
+def print_e2e(e2e: dict, console) -> None:
+    """Loss per step on the reference and the candidate, and the verdict."""
+    from rich.table import Table
+    table = Table(title=f"End-to-end: {e2e.get('reference_device')} vs {e2e.get('candidate')} "
+                        f"({e2e.get('steps')} steps, seed {e2e.get('seed')})")
+    for name in ("step", "loss (reference)", "loss (candidate)", "abs diff", "rel diff", "grad norm ref",
+                 "grad norm cand", "ok"):
+        table.add_column(name, justify="right")
+    grads = {row["step"]: row for row in e2e["comparison"]["grad_norm"]["steps"]}
+    for row in e2e["comparison"]["loss"]["steps"]:
+        g = grads.get(row["step"], {})
+        table.add_row(str(row["step"]), _fmt(row["reference"], 7), _fmt(row["candidate"], 7),
+                      _fmt(row["abs_diff"], 3), _fmt(row["rel_diff"], 3), _fmt(g.get("reference"), 5),
+                      _fmt(g.get("candidate"), 5), "[green]yes[/]" if row["ok"] else "[red]no[/]")
+    console.print(table)
+    verdict = e2e["comparison"]["verdict"]
+    console.print(f"[{STYLE.get(verdict, 'bold')}]e2e {verdict}[/]: {e2e['comparison']['message']}")
