@@ -145,7 +145,8 @@ class _Context:
             return self.judge.judge(name, overload)
         rule = self.namespaces.get(ns)
         base = name.rpartition("::")[2]
-        evidence = {"list": self.release.source, "version": self.release.version}
+        evidence = {"list": "torch_npu registrations" if self.release.from_wheel else "op-plugin yaml",
+                    "version": self.release.version}
         if rule and rule.get("verdict") == "from-custom":
             if base in self.release.custom:
                 return Judgement("native", {**evidence, "rule": rule["rule"], "entry": base,
@@ -217,7 +218,8 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
                   "whole subtree: it needs no NPU support of its own")
         if own.verdict not in GOOD:
             return "not-applicable", {"rule": "inside-parent-kernel", "detail": inside, "judged_through": parent,
-                                      "parent_verdict": parent_judged.verdict, "own": evidence}
+                                      "parent_verdict": parent_judged.verdict,
+                                      "own": {k: evidence[k] for k in ("rule", "dispatch") if evidence.get(k)}}
         evidence["inside"] = inside
     return own.verdict, evidence
 

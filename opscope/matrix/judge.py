@@ -70,7 +70,8 @@ class Judge:
 
     # ---- internals -----------------------------------------------------------------
     def _base_evidence(self) -> dict:
-        return {"list": self.release.source, "version": self.release.version}
+        return {"list": "torch_npu registrations" if self.release.from_wheel else "op-plugin yaml",
+                "version": self.release.version}
 
     def _judge(self, name: str, overload: str | None, observed=None) -> Judgement:
         base = name.split("::", 1)[1] if "::" in name else name
@@ -121,7 +122,7 @@ class Judge:
             path = [key, delegate] + list(target.evidence.get("path", [])[1:])
             if target.verdict in GOOD:
                 return Judgement("composite", {**self._base_evidence(), "rule": f"{how} -> {delegate}",
-                                               "path": path, "delegate": target.evidence}, "kernel")
+                                               "path": path, "delegate": _brief(target.evidence)}, "kernel")
             return Judgement(target.verdict, {**target.evidence, "rule": f"{how} -> {delegate}: "
                                               f"{target.evidence.get('rule')}", "path": path,
                                               "checked": checked + target.evidence.get("checked", [])},
@@ -164,7 +165,7 @@ class Judge:
             evidence["path"] = [key] + [c for c, _ in results]
             return Judgement("composite", evidence, "decomposes")
         evidence.update({"path": [key, worst_name] + list(worst.evidence.get("path", [])[1:]),
-                         "weakest_child": {worst_name: worst.evidence},
+                         "weakest_child": {"op": worst_name, "verdict": worst.verdict, **_brief(worst.evidence)},
                          "detail": f"decomposes into {worst_name}, which is {worst.verdict}"})
         evidence["rule"] = f"{dispatch_key}: weakest child {worst.verdict}"
         if worst.evidence.get("first_supported_in"):
@@ -220,3 +221,9 @@ def _split(qualified: str) -> tuple[str, str]:
     ns, sep, rest = qualified.rpartition("::")
     base, _, overload = rest.partition(".")
     return f"{ns}{sep}{base}", overload
+
+
+def _brief(evidence: dict) -> dict:
+    """The deciding facts of a nested judgement (kept short for reports)."""
+    keys = ("rule", "entry", "section", "dispatch", "first_supported_in")
+    return {k: evidence[k] for k in keys if evidence.get(k)}
