@@ -62,8 +62,10 @@ def _device(name: str) -> str:
 
 
 def run(args) -> int:
+    import sys
+
     from rich.console import Console
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
     if not args.run_dir and not args.e2e:
         raise UserError("give RUN_DIR (a folder written by `opscope scan`) and/or --e2e SCRIPT")
     if args.steps < 1:
@@ -81,6 +83,8 @@ def run(args) -> int:
         scan = read_scan_json(scan_path)
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
+        if not args.e2e and (scan.verification or {}).get("e2e"):
+            verification["e2e"] = scan.verification["e2e"]  # keep an earlier e2e pass
     if args.e2e:
         from opscope.replay.e2e import run_e2e
         out = Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path else Path("opscope-e2e"))
@@ -91,7 +95,7 @@ def run(args) -> int:
             print_e2e(e2e, console)
         failed |= e2e["comparison"]["verdict"] in ("fail", "error")
         if verification is None and scan is not None:
-            verification = {}
+            verification = dict(scan.verification or {})
         if verification is not None:
             verification["e2e"] = e2e
     if scan is not None:

@@ -1,0 +1,206 @@
+"""opscope verify, operator pass: valid inputs, msprobe standards, a planted numeric bug, the CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from conftest import load_scan, run_opscope
+from opscope.analysis.verify import judge_outputs, judge_tensor, prediction_disagreement, summarise
+from opscope.model import Operator, ScanResult
+from opscope.replay import run as replay_run
+from opscope.replay.inputs import (DumpedTensors, NotReplayable, SyntheticTensors, build_call, load_standards,
+                                   signature_key)
+from opscope.replay.run import verify_operators, verify_signature
+
+STANDARDS = load_standards()
+CPU = torch.device("cpu")
+
+
+def op(name, overload, shapes, dtypes, scalars, verdict="native"):
+    return Operator(name=name, overload=overload, input_shapes=shapes, dtypes=dtypes, scalars=scalars,
+                    verdict=verdict)
+
+
+# ------------------------------------------------------------------ valid inputs
+
+def test_index_arguments_are_in_range_for_the_op():
+    nll = build_call(op("aten::nll_loss_forward", "", [[32, 10], [32], [], [], []],
+                        ["float", "long int", "", "Scalar", "Scalar"], [None, None, None, 1, -100]))
+    target = nll.args[1]
+    assert target.dtype == torch.int64 and int(target.min()) >= 0 and int(target.max()) < 10
+    emb = build_call(op("aten::embedding", "", [[50, 8], [4, 7], [], [], []],
+                        ["float", "long int", "Scalar", "Scalar", "Scalar"], [None, None, -1, False, False]))
+    assert int(emb.args[1].max()) < 50
+    pool = build_call(op("aten::max_pool2d_with_indices_backward", "",
+                         [[2, 3, 4, 4], [2, 3, 8, 8], [], [], [], [], [], [2, 3, 4, 4]],
+                         ["float", "float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar",
+                          "long int"], [None, None, [2, 2], [2, 2], [0, 0], [1, 1], False, None]))
+    assert int(pool.args[7].max()) < 64 and int(pool.args[7].min()) >= 0
+
+
+def test_variances_are_positive_and_unresolved_overloads_are_resolved():
+    bn = build_call(op("aten::native_batch_norm", "", [[4, 3, 5, 5], [3], [3], [3], [3], [], [], []],
+                       ["float", "float", "float", "float", "float", "Scalar", "Scalar", "Scalar"],
+                       [None, None, None, None, None, False, 0.1, 1e-5]))
+    assert float(bn.args[4].min()) > 0  # running_var
+    to_copy = build_call(op("aten::sum", None, [[3, 4], [], [], []], ["float", "ScalarList", "Scalar", ""],
+                            [None, [0], True, None]))
+    assert to_copy.schema.overload_name == "dim_IntList"
+
+
+@pytest.mark.parametrize("name,dtypes,scalars,why", [
+    ("aten::dropout", ["float", "Scalar", "Scalar"], [None, 0.5, True], "random"),
+    ("aten::empty_like", ["float", "", "", "", "Scalar", "Scalar"], [None, None, None, None, False, 1], "no numeric"),
+    ("aten::view", ["float", "ScalarList"], [None, [12]], "alias"),
+    ("c10d::allreduce_", ["TensorList", "Scalar"], [None, None], "communication"),
+])
+def test_ops_without_a_meaningful_replay_are_skipped_with_a_reason(name, dtypes, scalars, why):
+    shapes = [[3, 4]] + [[] for _ in dtypes[1:]]
+    result = verify_signature(op(name, None, shapes, dtypes, scalars), CPU)
+    assert result.outcome == "skipped" and why in result.message
+
+
+def test_dumped_tensors_are_replayed_when_the_scan_saved_them(tmp_path):
+    sig = op("aten::relu", "", [[2, 3]], ["float"], [None])
+    key = signature_key(sig.name, sig.overload, sig.input_shapes, sig.dtypes)
+    (tmp_path / "inputs").mkdir()
+    real = torch.tensor([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]])
+    torch.save({0: real}, tmp_path / "inputs" / f"{key}.pt")
+    source = DumpedTensors(tmp_path, SyntheticTensors(0))
+    call = build_call(sig, source=source)
+    assert torch.equal(call.args[0], real) and source.used == 1
+    result = verify_operators([sig], "cpu", run_dir=tmp_path)
+    assert result["inputs"] == "dumped" and result["results"][0]["outcome"] == "pass"
+
+
+# ------------------------------------------------------------------ standards
+
+def test_integer_outputs_need_an_exact_match():
+    ref = torch.arange(10)
+    bad = ref.clone()
+    bad[3] += 1
+    assert judge_tensor("argmax", ref.clone(), ref, None, STANDARDS)["outcome"] == "pass"
+    judged = judge_tensor("argmax", bad, ref, None, STANDARDS)
+    assert judged["outcome"] == "fail" and judged["standard"] == "exact" and "1 of 10" in judged["message"]
+
+
+def test_elementwise_fp16_within_msprobe_rtol_passes_and_one_ulp_more_fails():
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(1000, generator=gen).half(), torch.randn(1000, generator=gen).half()
+    oracle = a.double() * b.double()
+    ref = a * b
+    assert judge_tensor("mul", ref.clone(), ref, oracle, STANDARDS)["outcome"] == "pass"
+    off = ref.clone()
+    off[10] = off[10] * 1.01  # 1 % off on one element: beyond fp16 rtol 1e-3
+    judged = judge_tensor("mul", off, ref, oracle, STANDARDS)
+    assert judged["outcome"] == "fail" and judged["standard"] == "absolute"
+
+
+def test_matmul_judged_relative_to_the_cpu_low_precision_error():
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 256, generator=gen).bfloat16(), torch.randn(256, 32, generator=gen).bfloat16()
+    oracle, ref = a.double() @ b.double(), a @ b
+    ok = judge_tensor("mm", ref.clone(), ref, oracle, STANDARDS)
+    assert ok["outcome"] == "pass" and ok["standard"] == "benchmark"
+    assert ok["metrics"]["cosine"] > 0.999 and 0 < ok["metrics"]["ratio_rel_err_lt_0_005"] <= 1
+    worse = (ref.float() * (1 + 0.05 * torch.randn(ref.shape, generator=gen))).bfloat16()
+    judged = judge_tensor("mm", worse, ref, oracle, STANDARDS)
+    assert judged["outcome"] == "fail" and "max_rel_err" in judged["message"]
+
+
+def test_index_ties_warn_instead_of_failing():
+    values = torch.tensor([[1.0, 1.0, 0.5]])
+    ref = [values.max(dim=1).values, torch.tensor([0])]
+    dev = [ref[0].clone(), torch.tensor([1])]  # the other one of two equal maxima
+    judged = judge_outputs("max", dev, ref, [ref[0].double(), ref[1]], STANDARDS)
+    assert judged["outcome"] == "warn" and "ties" in judged["message"]
+
+
+def test_disagreement_with_the_scan_verdict_only_for_the_npu():
+    assert prediction_disagreement("error", "native", "npu") == "predicted native, but the op raised on the NPU"
+    assert prediction_disagreement("pass", "unsupported", "npu").startswith("predicted unsupported")
+    assert prediction_disagreement("fail", "native", "npu") is None       # accuracy, not support
+    assert prediction_disagreement("error", "native", "cpu") is None      # verdicts target torch_npu
+    assert summarise([{"outcome": "pass"}, {"outcome": "error", "disagreement": "x"}])["disagreements"] == 1
+
+
+def test_the_standards_cite_their_sources():
+    for block in (STANDARDS["dtypes"], STANDARDS["accuracy_reached"], STANDARDS["index_outputs"],
+                  *STANDARDS["standards"].values()):
+        assert "msprobe" in block["source"] or "hiascend" in block["source"]
+
+
+# ------------------------------------------------------------------ real scans
+
+@pytest.fixture()
+def cnn_run(cnn_scan, tmp_path):
+    """A private copy of the shared CNN scan (verify rewrites scan.json)."""
+    target = tmp_path / "run"
+    shutil.copytree(cnn_scan, target)
+    return target
+
+
+def _operators(run_dir):
+    return ScanResult.from_dict(load_scan(run_dir)).operators
+
+
+def test_planted_numeric_bug_is_caught_as_fail(cnn_run, monkeypatch):
+    real = replay_run.run_on_device
+
+    def buggy(call, device):  # a device whose addmm is slightly wrong
+        outputs = real(call, device)
+        if call.name == "aten::addmm":
+            outputs = [o * 1.02 for o in outputs]
+        return outputs
+
+    monkeypatch.setattr(replay_run, "run_on_device", buggy)
+    verification = verify_operators(_operators(cnn_run), "cpu", only=["addmm", "aten::mm", "relu"])
+    by_op = {}
+    for row in verification["results"]:
+        by_op.setdefault(row["op"], set()).add(row["outcome"])
+    assert by_op["aten::addmm"] == {"fail"}
+    assert by_op["aten::mm"] == {"pass"} and by_op["aten::relu"] == {"pass"}
+
+
+def test_verify_cli_on_a_real_cnn_scan(cnn_run):
+    before = load_scan(cnn_run)
+    proc = run_opscope("verify", cnn_run, "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Operator verification on cpu" in proc.stderr
+    after = load_scan(cnn_run)
+    verification = after.pop("verification")
+    before.pop("verification")
+    assert after == before  # everything else preserved
+    counts = verification["counts"]
+    assert counts["fail"] == 0 and counts["error"] == 0 and counts["pass"] >= 50
+    assert counts["total"] == len(before["operators"])
+    rows = {(r["op"], json.dumps(r["input_shapes"])): r for r in verification["results"]}
+    conv = [r for (name, _), r in rows.items() if name == "aten::convolution_backward"]
+    assert conv and all(r["outcome"] == "pass" and r["standard"] == "benchmark" for r in conv)
+    for r in verification["results"]:
+        assert r["outcome"] in ("pass", "warn", "fail", "error", "skipped")
+        if r["outcome"] == "skipped":
+            assert r["message"]
+        if r["outcome"] == "pass" and r["standard"] != "exact":
+            assert set(r["metrics"]) >= {"cosine", "max_abs_err", "max_rel_err", "ratio_rel_err_lt_0_001",
+                                         "ratio_rel_err_lt_0_005"}
+    ScanResult.from_dict(load_scan(cnn_run))  # still a valid scan.json
+
+
+@pytest.mark.parametrize("device", ["npu", "cuda"])
+def test_unavailable_device_is_a_one_line_error(cnn_run, device):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = run_opscope("verify", cnn_run, "--device", device, "--only", "relu")
+    assert proc.returncode == 2 and proc.stderr.startswith(f"opscope: error: --device {device}")
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_invocations_are_one_line_errors(tmp_path):
+    proc = run_opscope("verify", "--device", "cpu")
+    assert proc.returncode == 2 and "RUN_DIR" in proc.stderr
+    proc = run_opscope("verify", tmp_path, "--device", "cpu")
+    assert proc.returncode == 2 and "scan.json" in proc.stderr and "Traceback" not in proc.stderr
