@@ -116,8 +116,8 @@ class Judge:
         plugin = self.matrix.plugin.get(key)
         delegate = info.structured_delegate or (plugin.inherit if plugin else None)
         if delegate:
-            target = self.judge(name, delegate.partition(".")[2]) if observed is None else \
-                self._judge_overload(name, base, delegate.partition(".")[2], observed)
+            delegate_base, _, delegate_overload = delegate.partition(".")
+            target = self.judge(f"{name.rpartition('::')[0] or 'aten'}::{delegate_base}", delegate_overload)
             how = "structured_delegate" if info.structured_delegate else "structured_inherit (op-plugin)"
             path = [key, delegate] + list(target.evidence.get("path", [])[1:])
             if target.verdict in GOOD:
