@@ -7,10 +7,12 @@ Nothing in the matrix is typed by hand: every fact comes from
   that wheel - plus the public names of ``torch_npu.contrib``), one file per release
   line: ``versions/torch_npu-<line>.txt``;
 * op-plugin's ``op_plugin_functions.yaml`` (every overload with the torch_npu lines it is
-  implemented for, ``structured_inherit`` links): ``op_plugin.txt``; it also covers lines
+  implemented for, ``structured_inherit`` links): ``versions/op_plugin.txt``; it also covers lines
   that have no wheel on PyPI (2.2, and newer lines before their release);
 * op-plugin's ``unsupported_ops_info`` files (upstream OpInfo tests that fail on the NPU,
-  per dtype): ``dtype_notes.txt``.
+  per dtype): ``versions/dtype_notes.txt``.
+
+Everything generated lives in ``versions/`` (shipped with the package as data).
 
 The output is sorted line-based text so that a rebuild from the same sources is byte for
 byte identical and a new release shows up as a readable diff.
@@ -212,8 +214,8 @@ def build_op_plugin(op_plugin_dir: Path, out_dir: Path) -> list[Path]:
         raise UserError(f"{main} not found: give --op-plugin the folder holding op_plugin_functions.yaml")
     commit_file = op_plugin_dir / "SOURCE_COMMIT"
     commit = commit_file.read_text().strip() if commit_file.is_file() else None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [_write(out_dir / "op_plugin.txt", op_plugin_facts(main.read_text(encoding="utf-8"), commit))]
+    (out_dir / "versions").mkdir(parents=True, exist_ok=True)
+    written = [_write(out_dir / "versions" / "op_plugin.txt", op_plugin_facts(main.read_text(encoding="utf-8"), commit))]
     base = op_plugin_dir / "unsupported_ops_info_base.yaml"
     if base.is_file():
         per_version = {}
@@ -221,7 +223,7 @@ def build_op_plugin(op_plugin_dir: Path, out_dir: Path) -> list[Path]:
             m = re.match(r"test_v(\d+)r(\d+)_ops", path.name)
             if m:
                 per_version[f"{m.group(1)}.{m.group(2)}"] = path.read_text(encoding="utf-8")
-        written.append(_write(out_dir / "dtype_notes.txt", dtype_notes(base.read_text(encoding="utf-8"), per_version)))
+        written.append(_write(out_dir / "versions" / "dtype_notes.txt", dtype_notes(base.read_text(encoding="utf-8"), per_version)))
     return written
 
 

@@ -165,8 +165,8 @@ def _load(directory: str) -> SupportMatrix:
     if not files:
         raise UserError(f"no torch_npu support lists in {root / 'versions'}; run `opscope matrix build`")
     wheel_releases = {r.line: r for r in map(_read_release, files)}
-    plugin, plugin_lines, commit = _read_plugin(root / "op_plugin.txt") if (root / "op_plugin.txt").is_file() \
-        else ({}, [], None)
+    plugin_file = root / "versions" / "op_plugin.txt"
+    plugin, plugin_lines, commit = _read_plugin(plugin_file) if plugin_file.is_file() else ({}, [], None)
     releases = dict(wheel_releases)
     for line in plugin_lines:
         if line not in releases:
@@ -175,7 +175,7 @@ def _load(directory: str) -> SupportMatrix:
             releases[line] = _plugin_only_release(line, plugin, plugin_lines, nearest)
     ordered = dict(sorted(releases.items(), key=lambda kv: line_key(kv[0])))
     return SupportMatrix(releases=ordered, plugin=plugin, plugin_lines=plugin_lines,
-                         dtype_notes=_read_dtype_notes(root / "dtype_notes.txt"), plugin_commit=commit)
+                         dtype_notes=_read_dtype_notes(root / "versions" / "dtype_notes.txt"), plugin_commit=commit)
 
 
 def resolve_line(matrix: SupportMatrix, target: str | None) -> str:
