@@ -202,11 +202,26 @@ class SuperRes(nn.Module):
         return self.shuffle(self.body(x))
 
 
+class TinyLM(nn.Module):
+    """Pre-norm transformer block language model with an RMSNorm head."""
+
+    def __init__(self, vocab=50, dim=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.block = nn.TransformerEncoderLayer(dim, nhead=4, dim_feedforward=64, batch_first=True, norm_first=True)
+        self.norm = nn.RMSNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        return self.lm_head(self.norm(self.block(self.embed(tokens)))).flatten(0, 1)
+
+
 def _labelled_models():
     torch.manual_seed(0)
     cnn = SmallCNN()
     mlp = nn.Sequential(nn.Linear(20, 32), nn.GELU(), nn.Linear(32, 1))
     sr = SuperRes()
+    lm = TinyLM()
     return {
         # name: (model, batch, loss, optimizer, {op: {version: verdict}})
         "cnn": (cnn, lambda: (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))), F.cross_entropy,
@@ -221,6 +236,11 @@ def _labelled_models():
         "super-res": (sr, lambda: (torch.randn(2, 3, 8, 8), torch.randn(2, 3, 16, 16)), F.mse_loss,
                       torch.optim.AdamW(sr.parameters(), lr=1e-3),
                       {"aten::pixel_shuffle": "composite", "aten::tanh": "native", "aten::mse_loss": "native"}),
+        "tiny-lm": (lm, lambda: (torch.randint(0, 50, (2, 7)), torch.randint(0, 50, (14,))), F.cross_entropy,
+                    torch.optim.AdamW(lm.parameters(), lr=1e-3),
+                    {"aten::embedding": "native", "aten::scaled_dot_product_attention": "native",
+                     "aten::layer_norm": "composite", "aten::native_layer_norm": "native",
+                     "aten::rms_norm": "composite", "aten::embedding_dense_backward": "native"}),
     }
 
 
@@ -233,7 +253,7 @@ def captured(tmp_path_factory):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("name", ["cnn", "huber-mlp", "super-res"])
+@pytest.mark.parametrize("name", ["cnn", "huber-mlp", "super-res", "tiny-lm"])
 def test_labelled_models(captured, name, version):
     operators, labels = captured[name]
     assign_verdicts(operators, version)
@@ -250,8 +270,11 @@ def test_labelled_models(captured, name, version):
         # a supported op never also shows up as a fallback
         if want not in BAD:
             assert not by_name[op_name] & set(BAD), (op_name, version, by_name[op_name])
-    if name == "cnn":  # a clean CNN is fully native/composite on every release
+    if name in ("cnn", "tiny-lm", "super-res"):  # clean models: fully native/composite on every release
         assert not {v for vs in by_name.values() for v in vs} & {"cpu-fallback", "unsupported", "unknown"}
+    if name == "tiny-lm":  # a supported op can still have a faster fused NPU form
+        rms = next(op for op in operators if op.name == "aten::rms_norm")
+        assert rms.substitute["replacement"].startswith("torch_npu.npu_rms_norm")
 
 
 def test_dtype_warning_for_numeric_mismatch_upstream():
