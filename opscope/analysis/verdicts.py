@@ -25,7 +25,6 @@ from functools import lru_cache
 
 import yaml
 
-from opscope.errors import UserError
 from opscope.matrix.judge import GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_line
 from opscope.matrix.torch_schema import load_torch_schema
@@ -335,4 +334,4 @@ def describe_readiness(summary: dict, target: dict | None = None) -> str:
 
 
 __all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",
-           "is_backend_private", "UserError", "RANK"]
+           "is_backend_private", "RANK"]
