@@ -204,3 +204,16 @@ def test_bad_invocations_are_one_line_errors(tmp_path):
     assert proc.returncode == 2 and "RUN_DIR" in proc.stderr
     proc = run_opscope("verify", tmp_path, "--device", "cpu")
     assert proc.returncode == 2 and "scan.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_out_variants_string_defaults_and_masks_from_a_real_scan_replay():
+    huber_bwd = op("aten::huber_loss_backward", None, [[8, 1], [8, 1], [8, 1], [], [], [8, 1]],
+                   ["float", "float", "float", "Scalar", "Scalar", "float"], [None, None, None, 1, 1.0, None])
+    gelu = op("aten::gelu", None, [[4, 5], []], ["float", ""], [None, None])  # str `approximate` recorded as None
+    scatter = op("aten::masked_scatter_", "", [[6, 7], [6, 7], [10]], ["float", "bool", "float"],
+                 [None, None, None])
+    for sig in (huber_bwd, gelu, scatter):
+        result = verify_signature(sig, CPU)
+        assert result.outcome == "pass", (sig.name, result.message)
+    call = build_call(scatter)
+    assert int(call.args[1].sum()) == 10  # exactly as many selected places as source elements

@@ -79,7 +79,7 @@ def _accepts(arg, kind: str, scalar) -> bool:
     optional = text.startswith("Optional[")
     inner = text[len("Optional["):-1] if optional else text
     if kind == "":
-        return optional or arg.has_default_value()
+        return optional or arg.has_default_value() or inner == "Device"
     if kind == "TensorList":
         return inner.startswith("List[") and "Tensor" in inner
     if kind == "ScalarList":
@@ -105,9 +105,14 @@ def resolve_schema(name: str, overload: str | None, dtypes: list, scalars: list)
                 if len(dtypes) <= len(schema.arguments):
                     return schema
         raise NotReplayable(f"{name}.{overload or 'default'}: no such overload in this torch")
-    fits = [s for s in schemas if len(s.arguments) == len(dtypes) and not _is_out_variant(s)
+    fits = [s for s in schemas if len(s.arguments) == len(dtypes)
             and all(_accepts(a, k, v) for a, k, v in zip(s.arguments, dtypes, _pad(scalars, len(dtypes))))]
+    fits.sort(key=_is_out_variant)  # the functional overload first; out= variants when only they fit
     if not fits:
+        if any("List[Optional[Tensor]]" in _type_text(a) or "List[Tensor]" in _type_text(a)
+               for s in schemas for a in s.arguments):
+            raise NotReplayable("tensor-list argument (e.g. advanced-indexing indices); the profiler does not "
+                                "record the list's tensors")
         raise NotReplayable(f"{name}: no overload matches the recorded argument kinds {dtypes}")
     return fits[0]
 
@@ -250,6 +255,21 @@ def _int_range_expr(base: str, index: int, standards: dict) -> str | None:
     return rule.get(index, rule.get(str(index)))
 
 
+def _mask_ones_expr(base: str, index: int, standards: dict) -> str | None:
+    rule = ((standards.get("inputs") or {}).get("mask_ones") or {}).get(base) or {}
+    return rule.get(index, rule.get(str(index)))
+
+
+def _mask_with_ones(shape, count: int, op_key: str, index: int):
+    """A bool mask with exactly ``count`` True elements (capped at its size), at random places."""
+    import torch
+    gen = torch.Generator().manual_seed(int(op_key[:8], 16) + index)
+    n = _numel(shape)
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[torch.randperm(n, generator=gen)[:max(0, min(count, n))]] = True
+    return mask.reshape(shape)
+
+
 def _eval_high(expr: str, shapes: list, scalars: list) -> int:
     def size(arg, dim):
         shape = shapes[arg]
@@ -326,9 +346,18 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
                 elif base in nonzero_ops:
                     request.domain = "nonzero"
                 value = source.tensor(key, request)
+                ones = _mask_ones_expr(base, index, standards) if dtype == torch.bool else None
+                if ones:
+                    value = _mask_with_ones(value.shape, _eval_high(ones, shapes, scalars), key, index)
                 tensor_args.append(arg.name)
             elif kind == "":
-                value = None
+                text = _type_text(arg)
+                if text.startswith("Optional["):
+                    value = None
+                elif "Device" in text:
+                    value = "cpu"            # moved to the device under test by the runner
+                else:                        # e.g. gelu's str `approximate`: recorded as None
+                    value = arg.default_value
             else:
                 if scalar is None and kind in ("Scalar", "ScalarList"):
                     if not arg.has_default_value():

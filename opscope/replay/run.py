@@ -69,8 +69,12 @@ def to_device(call, device):
 
     args = _map(call.args, move)
     kwargs = {k: _map(v, move) for k, v in call.kwargs.items()}
-    if "device" in kwargs:
-        kwargs["device"] = device
+    for i, arg in enumerate(call.schema.arguments):  # factory/transfer ops: make them on the device
+        if "Device" in str(arg.type):
+            if arg.name in kwargs:
+                kwargs[arg.name] = device
+            elif i < len(args) and args[i] is not None:
+                args[i] = device
     return args, kwargs
 
 
