@@ -28,7 +28,6 @@ import os, re, runpy, sys
 mode, steps, script = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.argv = [script] + sys.argv[4:]
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 state = {"n": 0, "prof": None, "rows": 0}
 ROW = re.compile(r"^\s*(\S+)\s+.*?(\[\[.*\]\])?\s*$")
 
@@ -50,7 +49,7 @@ def end_step():
                 ops.setdefault(m.group(1), set()).add(m.group(2))
         state["rows"] += len(ops)
 
-def hook(opt, args, kwargs):
+def after_step():
     state["n"] += 1
     end_step()
     if state["n"] >= steps:
@@ -58,7 +57,22 @@ def hook(opt, args, kwargs):
         os._exit(0)
     start()
 
-register_optimizer_step_post_hook(hook)
+# End a step after optimizer.step() has *returned*: stopping the profiler inside the
+# step's own record_function range (e.g. from a post-hook) crashes Kineto.
+_orig_init = torch.optim.Optimizer.__init__
+
+def _init(self, *a, **k):
+    _orig_init(self, *a, **k)
+    bound = self.step
+
+    def step(*args, **kwargs):
+        out = bound(*args, **kwargs)
+        after_step()
+        return out
+
+    self.step = step
+
+torch.optim.Optimizer.__init__ = _init
 if not torch.cuda.is_available():
     # a GPU script needs CUDA calls remapped to run here at all: apply only opscope's remap
     # (no profiler, no source tracking) so the baseline runs the same code path

@@ -5,8 +5,5 @@ dataclasses) -> ``analysis`` (pure functions) -> ``report`` (HTML, XLSX, JSON, t
 """
 __version__ = "0.1.0"
 
-
-def capture(*args, **kwargs):
-    """In-process capture: ``with opscope.capture(out="runs/x") as cap: ... cap.step()``."""
-    from opscope.capture.inprocess import capture as _capture
-    return _capture(*args, **kwargs)
+# ``opscope.capture(out="runs/x", steps=5)`` is the in-process API: the package is callable.
+from opscope import capture  # noqa: E402,F401  (light: no torch import until called)

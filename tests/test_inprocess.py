@@ -20,6 +20,8 @@ with opscope.capture(out=OUT, steps=3, formats=()) as cap:
         opt.step()
         cap.step()
 print("done", cap.done)
+import opscope.capture.session  # importing a submodule must not shadow the callable API
+assert callable(opscope.capture)
 '''
 
 

@@ -21,11 +21,11 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
                   f"steps={len(result.steps)}  {status}")
     summary = result.summary or {}
     if summary:
-        counts = summary.get("verdict_counts") or summary.get("counts") or {}
+        from opscope.analysis.verdicts import describe_readiness
+        counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
-        score = summary.get("readiness_score")
-        target = (result.target or {}).get("version", "?")
-        console.print(f"readiness for torch_npu {target}: [bold]{score}[/]/100   " + "  ".join(parts))
+        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]")
+        console.print("operator signatures by verdict: " + "  ".join(parts))
     table = Table(title="Top operators by self time", show_lines=False, header_style="bold")
     for col in ("operator", "calls", "self ms", "phase", "source", "verdict"):
         table.add_column(col, overflow="fold")
