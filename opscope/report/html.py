@@ -69,6 +69,24 @@ def _score_class(score) -> str:
     return "score-good" if score >= 80 else "score-mid" if score >= 50 else "score-bad"
 
 
+def _verification_context(verification: dict | None) -> dict | None:
+    """The Verification section (counts, worst-first table, e2e losses); None when not verified."""
+    if not verification:
+        return None
+    counts = view.verification_counts(verification)
+    rows = [{"op": r.op, "overload": r.overload, "shapes": r.shapes, "dtypes": r.dtypes, "outcome": r.outcome,
+             "cosine": view.fmt_metric(r.cosine, 6), "max_abs_err": view.fmt_metric(r.max_abs_err),
+             "max_rel_err": view.fmt_metric(r.max_rel_err), "standard": r.standard, "message": r.message,
+             "predicted_verdict": r.predicted_verdict, "disagreement": r.disagreement}
+            for r in view.verification_rows(verification)]
+    e2e = view.e2e_summary(verification)
+    if e2e is not None:
+        e2e = dict(e2e, steps=[{k: (view.fmt_metric(v, 7) if k not in ("step", "ok") else v) for k, v in s.items()}
+                               for s in e2e["steps"]])
+    return {"counts": [{"name": o, "count": counts[o]} for o in view.OUTCOMES],
+            "metadata": view.verification_metadata(verification), "rows": rows, "e2e": e2e}
+
+
 def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
     from opscope.report import charts as chart_module
@@ -115,6 +133,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                       "api": f.api, "origin": f.origin, "count": int(f.count or 1),
                       "replacement": f.replacement or "", "message": f.message, "snippet": f.snippet}
                      for f in result.findings],
+        "verification": _verification_context(result.verification),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

@@ -73,7 +73,27 @@ def render_markdown(result: ScanResult) -> str:
         out += _table(["severity", "location", "API", "replacement"],
                       [[f.severity, f"{f.file}:{f.line}" if f.file else view.NA, f.api, f.replacement or ""]
                        for f in result.findings[:MAX_ROWS]])
+    if result.verification:
+        out += _verification_lines(result.verification)
     return "\n".join(out) + "\n"
+
+
+def _verification_lines(verification: dict) -> list[str]:
+    """Counts per outcome, the signatures that did not pass and the e2e verdict."""
+    counts = view.verification_counts(verification)
+    out = ["", f"## Verification on {_cell(verification.get('device') or view.NA)}", ""]
+    out += _table(["outcome", "signatures"], [[o, counts[o]] for o in view.OUTCOMES])
+    bad = [r for r in view.verification_rows(verification) if r.outcome in ("fail", "error", "warn")]
+    if bad:
+        out += [""] + _table(["operator", "outcome", "cosine", "max rel err", "message"],
+                             [[r.op + (f".{r.overload}" if r.overload else ""), r.outcome,
+                               view.fmt_metric(r.cosine, 6), view.fmt_metric(r.max_rel_err), r.message]
+                              for r in bad[:MAX_ROWS]])
+    e2e = view.e2e_summary(verification)
+    if e2e is not None:
+        out += ["", f"**End-to-end losses ({_cell(e2e['candidate'])} vs {_cell(e2e['reference_device'])}):** "
+                    f"{_cell(e2e['verdict'])}: {_cell(e2e['message'])}"]
+    return out
 
 
 def write_markdown(result: ScanResult, path: Path) -> Path:

@@ -291,3 +291,111 @@ def target_text(result: ScanResult) -> str:
 
 def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
     return [r for r in rows if r.verdict in BLOCKING]
+
+
+# ------------------------------------------------------------------ verification (opscope verify)
+
+OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
+OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}  # worst first, as result_rows
+OUTCOME_COLOURS = {"pass": "#2e7d32", "warn": "#f9a825", "fail": "#c62828", "error": "#c62828",
+                   "skipped": "#757575"}
+OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "skipped": "E0E0E0"}
+
+
+@dataclass
+class VerificationRow:
+    """One replayed operator signature as the HTML and XLSX tables show it."""
+    op: str
+    overload: str
+    shapes: str
+    dtypes: str
+    outcome: str
+    cosine: float | None
+    max_abs_err: float | None
+    max_rel_err: float | None
+    standard: str
+    message: str
+    predicted_verdict: str
+    disagreement: str
+
+
+def _number(value):
+    """A metric as a float, or None when absent or not a number (scan.json stores NaN as null)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def verification_counts(verification: dict | None) -> dict[str, int]:
+    """Signatures per outcome (pass/warn/fail/error/skipped), counted when the block has no counts."""
+    verification = verification or {}
+    given = verification.get("counts") or {}
+    counts = {o: 0 for o in OUTCOMES}
+    if given:
+        for o in OUTCOMES:
+            try:
+                counts[o] = int(given.get(o) or 0)
+            except (TypeError, ValueError):
+                counts[o] = 0
+        return counts
+    for r in verification.get("results") or []:
+        outcome = r.get("outcome")
+        if outcome in counts:
+            counts[outcome] += 1
+    return counts
+
+
+def verification_rows(verification: dict | None) -> list[VerificationRow]:
+    """Replayed signatures, worst outcome first (the order of analysis.verify.result_rows)."""
+    rows = []
+    for r in (verification or {}).get("results") or []:
+        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+        rows.append(VerificationRow(
+            op=str(r.get("op") or ""), overload=str(r.get("overload") or ""),
+            shapes=fmt_shapes(r.get("input_shapes")), dtypes=fmt_dtypes(r.get("dtypes")),
+            outcome=str(r.get("outcome") or "skipped"), cosine=_number(metrics.get("cosine")),
+            max_abs_err=_number(metrics.get("max_abs_err")), max_rel_err=_number(metrics.get("max_rel_err")),
+            standard=str(r.get("standard") or ""), message=str(r.get("message") or ""),
+            predicted_verdict=str(r.get("predicted_verdict") or ""), disagreement=str(r.get("disagreement") or "")))
+    rows.sort(key=lambda row: OUTCOME_ORDER.get(row.outcome, 9))
+    return rows
+
+
+def verification_metadata(verification: dict | None) -> list[tuple[str, str]]:
+    """(label, text) pairs saying how the verification ran."""
+    v = verification or {}
+    counts = v.get("counts") or {}
+    return [
+        ("Device", str(v.get("device") or NA)),
+        ("Inputs", str(v.get("inputs") or NA) + (f" (seed {v['seed']})" if v.get("seed") is not None else "")),
+        ("Reference", str(v.get("reference") or NA)),
+        ("Standards", str(v.get("standards") or NA)),
+        ("Signatures", str(counts.get("total", len(v.get("results") or [])))),
+        ("Disagreements with predicted verdicts", str(counts.get("disagreements", 0))),
+        ("Started", str(v.get("started_at") or NA)),
+        ("Duration", f"{v['duration_s']:.1f} s" if isinstance(v.get("duration_s"), (int, float)) else NA),
+    ]
+
+
+def e2e_summary(verification: dict | None) -> dict | None:
+    """The end-to-end loss comparison: verdict, message and one dict per step; None when absent."""
+    e2e = (verification or {}).get("e2e")
+    if not isinstance(e2e, dict):
+        return None
+    comparison = e2e.get("comparison") or {}
+    loss_steps = (comparison.get("loss") or {}).get("steps") or []
+    grads = {row.get("step"): row for row in (comparison.get("grad_norm") or {}).get("steps") or []}
+    steps = []
+    for row in loss_steps:
+        g = grads.get(row.get("step"), {})
+        steps.append({"step": row.get("step"), "reference": _number(row.get("reference")),
+                      "candidate": _number(row.get("candidate")), "abs_diff": _number(row.get("abs_diff")),
+                      "rel_diff": _number(row.get("rel_diff")), "grad_reference": _number(g.get("reference")),
+                      "grad_candidate": _number(g.get("candidate")), "ok": bool(row.get("ok"))})
+    return {"verdict": str(comparison.get("verdict") or "error"), "message": str(comparison.get("message") or ""),
+            "reference_device": str(e2e.get("reference_device") or "cpu"),
+            "candidate": str(e2e.get("candidate") or NA), "seed": e2e.get("seed"), "steps": steps}
+
+
+def fmt_metric(value, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"

@@ -7,6 +7,7 @@ shown, never evaluated.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from opscope.model import VERDICTS, ScanResult
@@ -73,6 +74,54 @@ def _operator_table(rows: list[view.OperatorRow]):
              r.source, r.dynamic, r.evidence, r.substitute] for r in rows]
 
 
+VERIFICATION_HEADERS = ["operator", "overload", "input shapes", "dtypes", "outcome", "cosine", "max abs err",
+                        "max rel err", "standard", "message", "predicted verdict", "disagreement"]
+E2E_HEADERS = ["step", "loss (reference)", "loss (candidate)", "abs diff", "rel diff", "grad norm ref",
+               "grad norm cand", "ok"]
+METRIC = "0.000000"
+SCIENTIFIC = "0.00E+00"
+
+
+def _finite(value):
+    """Numbers stay numbers; inf/nan (not storable as an xlsx number) become their text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _add_verification(wb, summary_ws, verification: dict) -> None:
+    """Outcome counts on the Summary sheet, the replayed signatures (worst first) and e2e losses."""
+    from openpyxl.styles import PatternFill
+
+    counts = view.verification_counts(verification)
+    for outcome in view.OUTCOMES:
+        summary_ws.append([f"verification: {outcome}", counts[outcome], None])
+        colour = view.OUTCOME_FILLS[outcome]
+        summary_ws.cell(row=summary_ws.max_row, column=1).fill = PatternFill("solid", start_color=colour,
+                                                                             end_color=colour)
+    summary_ws.append(["verification device", None, None])
+    _text_cell(summary_ws.cell(row=summary_ws.max_row, column=2), str(verification.get("device") or view.NA))
+    summary_ws.auto_filter.ref = f"A1:C{summary_ws.max_row}"
+
+    rows = [[r.op, r.overload, r.shapes, r.dtypes, r.outcome, _finite(r.cosine), _finite(r.max_abs_err),
+             _finite(r.max_rel_err),
+             r.standard, r.message, r.predicted_verdict, r.disagreement]
+            for r in view.verification_rows(verification)]
+    _sheet(wb, "Verification", VERIFICATION_HEADERS, rows, formats={5: METRIC, 6: SCIENTIFIC, 7: SCIENTIFIC},
+           verdict_col=4, fills=view.OUTCOME_FILLS)
+
+    e2e = view.e2e_summary(verification)
+    if e2e is not None:
+        steps = [[s["step"]] + [_finite(s[k]) for k in ("reference", "candidate", "abs_diff", "rel_diff",
+                                                           "grad_reference", "grad_candidate")]
+                 + ["yes" if s["ok"] else "no"] for s in e2e["steps"]]
+        steps.append([f"verdict: {e2e['verdict']}", None, None, None, None, None, None, e2e["message"]])
+        ws = _sheet(wb, "E2E losses", E2E_HEADERS, steps, formats={3: SCIENTIFIC, 4: SCIENTIFIC})
+        colour = view.OUTCOME_FILLS.get(e2e["verdict"])
+        if colour:
+            ws.cell(row=ws.max_row, column=1).fill = PatternFill("solid", start_color=colour, end_color=colour)
+
+
 def build_workbook(result: ScanResult):
     """The workbook in memory (tests re-read it; write_xlsx saves it)."""
     from openpyxl import Workbook
@@ -122,6 +171,8 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Substitutes", ["operator", "verdict", "substitute (rationale)", "calls", "time share"],
            sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
            verdict_col=1, fills=view.VERDICT_FILLS)
+    if result.verification:
+        _add_verification(wb, wb["Summary"], result.verification)
     return wb
 
 
