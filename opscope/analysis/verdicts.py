@@ -20,13 +20,13 @@ of the decomposition and is judged on its own.
 """
 from __future__ import annotations
 
-import fnmatch
 from functools import lru_cache
 
 import yaml
 
 from opscope.matrix.judge import GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_line
+from opscope.knowledge import backend_private_patterns, is_backend_private
 from opscope.matrix.torch_schema import load_torch_schema
 from opscope.resources import support_matrix_dir
 
@@ -41,15 +41,7 @@ def _data(name: str) -> dict:
 
 
 def private_patterns() -> list[str]:
-    return list(_data("backend_private_ops.yaml").get("patterns") or [])
-
-
-def is_backend_private(name: str) -> str | None:
-    """The matching pattern when ``aten::mkldnn_convolution`` & co. are backend-private."""
-    ns, _, base = name.rpartition("::")
-    if ns not in ("aten", ""):
-        return None
-    return next((p for p in private_patterns() if fnmatch.fnmatchcase(base, p)), None)
+    return backend_private_patterns()
 
 
 def resolve_target(target: str | None) -> str:

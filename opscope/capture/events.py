@@ -7,30 +7,10 @@ thread from timestamps, like the profiler's own FunctionEvent tree.
 """
 from __future__ import annotations
 
+from opscope.knowledge import is_backend_private
 from opscope.model import OpCall
 
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
-
-
-def _private_patterns() -> list[str]:
-    import yaml
-    from opscope.resources import support_matrix_dir
-    with open(support_matrix_dir() / "backend_private_ops.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)["patterns"]
-
-
-_PRIVATE = _private_patterns()
-_private_cache: dict[str, bool] = {}
-
-
-def is_backend_private(name: str) -> bool:
-    """mkldnn_*/cudnn_*/_nnpack_*...: an implementation detail of the scanning machine."""
-    hit = _private_cache.get(name)
-    if hit is None:
-        from fnmatch import fnmatchcase
-        short = name.split("::", 1)[-1]
-        hit = _private_cache[name] = name.startswith("aten::") and any(fnmatchcase(short, p) for p in _PRIVATE)
-    return hit
 
 
 def is_operator(name: str) -> bool:

@@ -240,7 +240,7 @@ class CudaRemapper:
     def _install_module(self, rec):
         """Module.cuda()/.to('cuda') on modules without tensors never reach a torch call."""
         module_cls = torch.nn.Module
-        orig_cuda, orig_to = module_cls.cuda, module_cls.to
+        orig_to = module_cls.to
         remapper = self
 
         def mark(module):

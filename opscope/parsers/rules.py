@@ -35,7 +35,11 @@ class CompiledRules:
     def __init__(self, raw: dict):
         self.raw = raw
         self._structural = _matcher(raw.get("structural"))
-        self._private = _matcher(raw.get("private_ops"))
+        # ATen backend-private kernels come from the one shared list; the yaml adds
+        # what only traces show (aclnn* and other non-ATen implementation names)
+        from opscope.knowledge import backend_private_patterns
+        self._private = _matcher([f"aten::{p}" for p in backend_private_patterns()]
+                                 + list(raw.get("private_ops") or []))
         self._inserted_ops = _matcher(raw.get("npu_inserted_ops"))
         self._inserted_kernels = _matcher(raw.get("npu_inserted_kernels"))
         self._fallback_children = _matcher(raw.get("fallback_children"))
@@ -57,8 +61,6 @@ class CompiledRules:
                 kind = "private"
             else:
                 kind = "op"
-            if self._private and self._private.match(name):
-                kind = "private"
             self._kind_cache[name] = kind
         return kind
 
