@@ -18,18 +18,23 @@ def write_scan_json(result: ScanResult, path: Path) -> Path:
 
 
 def read_scan_json(path: Path) -> ScanResult:
-    """Load a scan.json, with one-line errors for the usual ways it can be wrong."""
+    """Load a ScanResult from a run dir or scan.json, with one-line errors for bad input."""
+    from opscope.model import SCAN_SCHEMA
+
     path = Path(path)
-    if path.is_dir():
-        path = path / "scan.json"
+    scan_path = path / "scan.json" if path.is_dir() else path
     if not path.exists():
-        raise UserError(f"{path}: no such file; give a run directory written by `opscope scan` (it holds scan.json)")
+        raise UserError(f"{path} does not exist; pass the run directory written by `opscope scan`")
+    if not scan_path.is_file():
+        raise UserError(f"no scan.json in {path}; run `opscope scan SCRIPT` first or pass the run directory")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]}); "
-                        "re-run `opscope scan` to regenerate it") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("opscope.scan/"):
-        raise UserError(f"{path}: not an opscope scan.json (no 'schema: opscope.scan/N'); "
-                        "give a file written by `opscope scan`")
-    return ScanResult.from_dict(data)
+        data = json.loads(scan_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{scan_path} is not valid JSON ({exc}); re-run `opscope scan` to rewrite it") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(schema, str) or not schema.startswith(SCAN_SCHEMA.split("/")[0] + "/"):
+        raise UserError(f"{scan_path} is not an opscope scan (schema {schema!r}, expected {SCAN_SCHEMA!r})")
+    try:
+        return ScanResult.from_dict(data)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{scan_path} is a corrupt opscope scan ({exc}); re-run `opscope scan`") from None
