@@ -106,6 +106,8 @@ def test_dynamic_shapes_root_causes_and_classes(dynamic_scan):
     dims = {d["dim"] for d in rc["varying_dims"]}
     assert {0, 1} <= dims  # last partial batch (dim 0) and per-batch sequence length (dim 1)
     assert "drop_last=True" in rc["suggestion"]
+    # `mask = tokens > 50` only builds the mask: the boolean indexing on the next line is the cause
+    assert not any(rc["source"] == at("mask = tokens > 50") for rc in scan["root_causes"])
     # grouping: far fewer root causes than dynamic operators
     assert len(scan["root_causes"]) <= 8 < len(scan["dynamic_shapes"])
     for d in scan["dynamic_shapes"]:

@@ -124,7 +124,9 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             if name not in parent_op.children:
                 parent_op.children.append(name)
         if phase == "forward" and seq_nr >= 0 and op.source:
-            seq_source.setdefault(seq_nr, (op.source, op.origin, op.origin_cause, op.device))
+            # ops that create no autograd node also record the *current* sequence number;
+            # the node's creator is the last op recorded with it, so later ones win
+            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device)
         if phase == "backward" and bw_seq is not None:
             pending_backward.append((op, bw_seq))
         calls.append(op)
