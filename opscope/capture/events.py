@@ -61,6 +61,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     stack: list[tuple] = []
     thread = None
     pending_backward: list[tuple[OpCall, int]] = []
+    launch_owner: dict[int, OpCall] = {}
     for e in cpu:
         tid = e.start_thread_id()
         if tid != thread:
@@ -81,6 +82,8 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             stack.append((end, (parent_op, ann, ph, bw_seq, private)))
             continue
         if not is_operator(name):
+            if parent_op is not None:  # e.g. cudaLaunchKernel: its kernel belongs to this op
+                launch_owner[e.correlation_id()] = parent_op
             phase = _phase_from(name)
             if phase is not None:
                 ph = phase
@@ -136,31 +139,14 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node
             op.source, op.origin, op.origin_cause, op.device = src
-    _attach_device_time(device, by_corr, cpu)
+    _attach_device_time(device, by_corr, launch_owner)
     for op in calls:
         op.self_time_us = max(op.self_time_us, 0.0)
     return calls
 
 
-def _attach_device_time(device_events, by_corr, cpu_events) -> None:
+def _attach_device_time(device_events, by_corr: dict, launch_owner: dict) -> None:
     """Add kernel time to the op that launched it (runtime launch -> enclosing op)."""
-    if not device_events:
-        return
-    # runtime launch events (cudaLaunchKernel...) are CPU events with a correlation id;
-    # map their correlation to the innermost enclosing operator.
-    launch_owner: dict[int, OpCall] = {}
-    ops_sorted = sorted(by_corr.values(), key=lambda o: o.start_us)
-    for e in cpu_events:
-        name = e.name()
-        if is_operator(name) or name.startswith("opscope#"):
-            continue
-        t = e.start_ns() / 1000.0
-        owner = None
-        for op in ops_sorted:  # small per-step lists; keeps the code obvious
-            if op.start_us <= t <= op.start_us + op.total_time_us and op.thread == e.start_thread_id():
-                owner = op
-        if owner is not None:
-            launch_owner[e.correlation_id()] = owner
     for k in device_events:
         owner = launch_owner.get(k.linked_correlation_id()) or by_corr.get(k.linked_correlation_id())
         if owner is not None:
