@@ -141,11 +141,8 @@ class SourceTracker(TorchFunctionMode):
         self.owner_pid = os.getpid()
         self.owner_thread = threading.get_ident()
         self.seq = 0
-        self.enabled = True
-        self.host_syncs: list[tuple[int, str]] = []          # (seq, line) in the current step
         self.host_values: dict[int, str] = {}                # int value read by .item() -> line
         self.data_dependent_outputs: dict[tuple, set] = {}   # (line, func) -> output shapes
-        self.frame_cache: dict = {}
         # Set by the session when a step ended inside an open profiler range (e.g. the
         # optimizer's post-hook): the profiler is only restarted at the next safe point,
         # the entry of an outermost torch call, never inside a record_function range.
@@ -168,12 +165,10 @@ class SourceTracker(TorchFunctionMode):
                 pass
 
     def reset_step(self) -> dict:
-        """Return and clear per-step side data (host syncs, data-dependent output shapes)."""
+        """Return and clear per-step side data (data-dependent output shapes)."""
         data = {
-            "host_syncs": list(self.host_syncs),
             "data_dependent_outputs": {f"{k[0]}|{k[1]}": sorted(v) for k, v in self.data_dependent_outputs.items()},
         }
-        self.host_syncs.clear()
         self.host_values.clear()
         self.data_dependent_outputs.clear()
         return data
@@ -181,7 +176,7 @@ class SourceTracker(TorchFunctionMode):
     # -- the hook ----------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.enabled or os.getpid() != self.owner_pid:
+        if os.getpid() != self.owner_pid:
             return func(*args, **kwargs)
         if getattr(func, "namespace", None) == "profiler":
             # record_function enter/exit: not a safe point (a range is still open) and
@@ -232,7 +227,6 @@ class SourceTracker(TorchFunctionMode):
                 except Exception:
                     pass
         if fname in _HOST_SYNC and where:
-            self.host_syncs.append((self.seq, where))
             for value in (out if isinstance(out, list) else [out]):
                 if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     self.host_values[value] = where

@@ -48,17 +48,8 @@ def _device(name: str) -> str:
         if name not in ("npu", "cuda", "cpu"):
             raise UserError(f"unknown --device {name!r}: use npu, cuda or cpu")
         return name
-    import importlib.util
-
-    import torch
-    if importlib.util.find_spec("torch_npu") is not None:
-        try:
-            import torch_npu  # noqa: F401
-            if torch.npu.is_available():
-                return "npu"
-        except Exception:
-            pass
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from opscope.capture.runner import resolve_device  # the one auto rule: npu, else cuda, else cpu
+    return resolve_device("auto")
 
 
 def run(args) -> int:
