@@ -98,8 +98,8 @@ def test_gpu_style_script_rewrites(tmp_path):
     ("import torch\r\nx = torch.zeros(2).cuda()\r\n", "import torch\r\nimport torch_npu  # added by opscope migrate: "
      "registers the NPU device with torch\r\nx = torch.zeros(2).npu()\r\n", set()),
     ('"""Doc."""\nfrom __future__ import annotations\ntry:\n    import torch\nexcept ImportError:\n    torch = None\n'
-     'd = "cuda"\n', '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu  # added by opscope migrate: '
-     'registers the NPU device with torch\ntry:\n    import torch\nexcept ImportError:\n    torch = None\nd = "npu"\n',
+     'device = "cuda"\n', '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu  # added by opscope migrate: '
+     'registers the NPU device with torch\ntry:\n    import torch\nexcept ImportError:\n    torch = None\ndevice = "npu"\n',
      set()),
     ("import torch\nimport torch_npu\ndist_backend = 'nccl'\n", "import torch\nimport torch_npu\ndist_backend = 'hccl'\n",
      set()),
@@ -109,7 +109,8 @@ def test_gpu_style_script_rewrites(tmp_path):
     # a config module without torch: strings change, the import is left to the entry script
     ("DEVICE = 'cuda:1'\n", "DEVICE = 'npu:1'\n", {"import-torch-npu"}),
     # a torch.cuda member with no confirmed torch_npu equivalent is left alone
-    ("import torch\nv = torch.cuda.nccl.version()\n", "import torch\nv = torch.cuda.nccl.version()\n", {"cuda-api"}),
+    ("import torch\nv = torch.cuda.ipc_collect()\n", "import torch\nv = torch.cuda.ipc_collect()\n", {"cuda-api"}),
+    ("import torch\nv = torch.cuda.nccl.version()\n", "import torch\nv = torch.cuda.nccl.version()\n", {"nccl-api"}),
     # an expression split over lines is not rewritten
     ("import torch\ntorch.cuda \\\n    .synchronize()\n", "import torch\ntorch.cuda \\\n    .synchronize()\n",
      {"cuda-synchronize"}),
