@@ -143,6 +143,7 @@ class RuleSet:
     keywords: re.Pattern           # a Python file without any of these cannot match a rule
     roots: frozenset               # first components of every `names` pattern (torch, apex)
     flow: FlowSpec = field(default_factory=FlowSpec)
+    flow_tokens: re.Pattern = re.compile("(?!)")   # a literal without these matches no `flows` rule
     name_cache: dict = field(default_factory=dict, compare=False, hash=False)  # qualname -> rules
 
     def name_rules(self, qualname: str) -> list:
@@ -170,6 +171,7 @@ def _token(pattern: str, where: dict | None) -> str:
 
 def _build(data: dict) -> RuleSet:
     rules, tokens, roots = [], set(), set()
+    flow_tokens = set()
     for raw in data.get("rules", []):
         names = tuple(raw.get("names", ()))
         strings = tuple(raw.get("strings", ()))
@@ -201,6 +203,8 @@ def _build(data: dict) -> RuleSet:
         tokens.update(attributes)
         for pattern in strings:
             tokens.add(max(re.findall(r"[A-Za-z_]{3,}", pattern) or [pattern], key=len))
+            if flows:
+                flow_tokens.add(max(re.findall(r"[A-Za-z_]{3,}", pattern) or [pattern], key=len))
         for pattern in imports:
             tokens.add(pattern.split(".")[0].strip("*"))
     keywords = re.compile("|".join(sorted(re.escape(t) for t in tokens if t)))
@@ -211,7 +215,8 @@ def _build(data: dict) -> RuleSet:
                     call_regexes=tuple(re.compile(fnmatch.translate(p)) for p in raw_flow.get("calls", ())),
                     name_regexes=tuple(re.compile(fnmatch.translate(p.lower())) for p in raw_flow.get("names", ())))
     return RuleSet(rules=tuple(rules), safe_npu_members=frozenset(data.get("safe_npu_members", ())),
-                   keywords=keywords, roots=frozenset(roots), flow=flow)
+                   keywords=keywords, roots=frozenset(roots), flow=flow,
+                   flow_tokens=re.compile("|".join(sorted(re.escape(t) for t in flow_tokens)) or "(?!)"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -515,6 +520,11 @@ class _Flow(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = _function
 
+    def _leaf(self, node):
+        """Nothing below these nodes matters here (and skipping them keeps the pass cheap)."""
+
+    visit_Name = visit_Constant = visit_Load = visit_Store = visit_Del = visit_Import = visit_ImportFrom = _leaf
+
     def _binding(self, ident: str):
         """The scope that binds ``ident`` here; None for an import; the module scope's parent
         (0) for a name bound nowhere (a builtin)."""
@@ -653,8 +663,9 @@ class _Flow(ast.NodeVisitor):
                 self.opaque.add(dst)
 
     def _sink(self, expr):
-        self._land(expr, ("sink",))
-        self.sink_reads.update(self._read_slots(expr))
+        for e in expr.elts if isinstance(expr, (ast.List, ast.Tuple)) else [expr]:   # devices=['cuda:0', ...]
+            self._land(e, ("sink",))
+            self.sink_reads.update(self._read_slots(e))
 
     def _compare(self, expr):
         for e in expr.elts if isinstance(expr, (ast.Tuple, ast.List, ast.Set)) else [expr]:
@@ -838,9 +849,9 @@ class _Flow(ast.NodeVisitor):
 class _Finder(ast.NodeVisitor):
     """Second pass: apply the rules to every call, reference, string and import."""
 
-    def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes], flow: _Flow):
+    def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes], flow):
         self.rules = rules
-        self.flow = flow
+        self._flow, self._make_flow = None, flow   # built on first use: most files never need it
         self.resolve = _Resolver(scopes)
         self.scopes = scopes
         self.lines = lines
@@ -852,6 +863,12 @@ class _Finder(ast.NodeVisitor):
         self.attribute_rules = [r for r in rules.rules if r.attributes]
         self.string_rules = [r for r in rules.rules if r.strings]
         self.import_rules = [r for r in rules.rules if r.imports]
+
+    @property
+    def flow(self) -> _Flow:
+        if self._flow is None:
+            self._flow = self._make_flow()
+        return self._flow
 
     # -- positions ------------------------------------------------------------------
     def _col(self, line: int, byte_col: int) -> int:
@@ -901,7 +918,7 @@ class _Finder(ast.NodeVisitor):
         idx = where.get("arg")
         if idx is not None and len(call.args) > idx and not any(isinstance(a, ast.Starred) for a in call.args[:idx + 1]):
             return [(call.args[idx], None)], True
-        if not where.get("kwarg"):
+        if not where.get("kwarg") or not any(kw.arg is None for kw in call.keywords):
             return [], True
         entries, complete = self.flow.star_kwargs(call)
         return [(value, at) for key, value, at in entries if key == where["kwarg"]], complete
@@ -1076,7 +1093,8 @@ class _Finder(ast.NodeVisitor):
 
     def _report_string(self, node, text: str) -> bool:
         """String rules; one with `flows` only where the literal flows there (see _Flow)."""
-        value, rendered = text, self.flow.text(node) or text
+        value = text
+        rendered = self.flow.text(node) or text if self.rules.flow_tokens.search(text) else text
         if len(rendered) > 64:
             return False
         contexts = None
@@ -1116,9 +1134,12 @@ def scan_source(source: bytes | str, path: str = "<string>", rules: RuleSet | No
     binder = _Binder()
     binder.visit(tree)
     scopes = binder.finish()
-    flow = _Flow(rules.flow, scopes, binder.functions)
-    flow.visit(tree)
-    finder = _Finder(rules, scopes, data.splitlines(), flow.finish())
+
+    def make_flow():
+        flow = _Flow(rules.flow, scopes, binder.functions)
+        flow.visit(tree)
+        return flow.finish()
+    finder = _Finder(rules, scopes, data.splitlines(), make_flow)
     finder.visit(tree)
     hits = _apply_context(finder.hits)
     unique: dict[tuple, Hit] = {}
