@@ -201,6 +201,9 @@ def test_porting_idioms_found_with_honest_severity_and_nothing_else():
     ("def where():\n    return 'cuda'\nm = model.to(where())\n", {(2, "cuda-device", "error")}),
     ("import torch\nclass Cfg:\n    run_on = 'cuda'\nx = torch.zeros(1, device=Cfg.run_on)\n",
      {(3, "cuda-device", "error")}),
+    ("import torch\nclass Net(torch.nn.Module):\n    def __init__(self, where):\n        super().__init__()\n"
+     "        self.lin = torch.nn.Linear(2, 2).to(where)\nnet = Net('cuda' if torch.cuda.is_available() else 'cpu')\n",
+     {(6, "cuda-device", "error"), (6, "cuda-is-available", "warning")}),
     # ... or a setting named like a device, read in another module
     ("DEVICE = 'cuda:1'\n", {(1, "cuda-device", "error")}),
     ("class Config:\n    default_device: str = 'cuda'\n", {(2, "cuda-device", "error")}),

@@ -251,7 +251,7 @@ class _Binder(ast.NodeVisitor):
         self.scopes: dict[int, _Scope] = {}
         self.stack: list[_Scope] = []
         self.assigned: dict[tuple[int, str], int] = {}
-        self.functions: dict[tuple[int, str], ast.AST] = {}   # (id(binding scope), name) -> def
+        self.functions: dict[tuple[int, str], ast.AST] = {}   # (id(binding scope), name) -> def / class
 
     def _enter(self, node, is_class=False):
         scope = _Scope(self.stack[-1] if self.stack else None, is_class)
@@ -296,6 +296,7 @@ class _Binder(ast.NodeVisitor):
         for expr in node.decorator_list + node.bases + [k.value for k in node.keywords]:
             self.visit(expr)
         self._bind_local(node.name)
+        self.functions[(id(self.stack[-1]), node.name)] = node
         self.stack.append(self._enter(node, is_class=True))
         for stmt in node.body:
             self.visit(stmt)
@@ -601,7 +602,7 @@ class _Flow(ast.NodeVisitor):
             if self._is_builtin(func, "getattr") and len(node.args) >= 2 and _const_str(node.args[1]) is not None:
                 return [("a", node.args[1].value)] + [s for a in node.args[2:] for s in self._read_slots(a)]
             fn = self._local_function(func)
-            if fn is not None:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return [("r", id(self.scopes[id(fn)]))]
         return []
 
@@ -769,10 +770,12 @@ class _Flow(ast.NodeVisitor):
                 if kw.arg is not None:
                     self._flow_into(kw.value, [("k", kw.arg)])
         else:
-            fn = self._local_function(func)
+            fn, skip = self._local_function(func), 0
+            if isinstance(fn, ast.ClassDef):   # Net(device) -> Net.__init__(self, device)
+                fn, skip = next((f for f in fn.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None), 1
             if fn is not None:
                 scope = id(self.scopes[id(fn)])
-                params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args][skip:]
                 for name, arg in zip(params, node.args):
                     if isinstance(arg, ast.Starred):
                         break
