@@ -3,7 +3,12 @@
 The part of opscope that works when the script cannot run.  Python files are parsed
 with ``ast``; imports and simple aliases are resolved per scope, so ``t.cuda.synchronize()``
 after ``import torch as t`` is found while a user function that is merely called
-``cuda`` is not.  What counts as CUDA-specific, and what replaces it, is data:
+``cuda`` is not.  Whether a ``'cuda'`` string names a device is decided by where it flows
+(``_Flow``: into a torch call, ``.to()``, a ``device=`` keyword, or a variable / attribute /
+dict key / argparse option read so), so a TVM target or a log message is no finding and a
+comparison is only advice; ``**kwargs`` dicts are followed the same way into the calls a rule
+tests (``DataLoader(**kwargs)`` with ``pin_memory=True`` inside).
+What counts as CUDA-specific, and what replaces it, is data:
 ``support_matrix/cuda_api_rules.yaml`` (``load_rules``; the migrate command and the
 SARIF writer read the same rule set).
 C/C++/CUDA sources are checked for CUDA kernels and custom-op registrations.
