@@ -498,6 +498,7 @@ class _Flow(ast.NodeVisitor):
         self.has_dict: set = set()
         self.opaque: set = set()               # slots that also receive what is not a dict
         self.star: dict[int, tuple] = {}       # id(call) -> (entries, slots, complete) of its **kwargs
+        self.compared: set = set()             # id() of compared expressions (x.device == torch.device(...))
         self.sinked: set = set()
         self.sources: dict = {}
 
@@ -675,6 +676,7 @@ class _Flow(ast.NodeVisitor):
 
     def _compare(self, expr):
         for e in expr.elts if isinstance(expr, (ast.Tuple, ast.List, ast.Set)) else [expr]:
+            self.compared.add(id(e))
             self._land(e, ("compare",))
 
     # -- visitors -----------------------------------------------------------------------
@@ -745,16 +747,18 @@ class _Flow(ast.NodeVisitor):
         qual = self.resolve.expr(func, self.stack[-1]) if isinstance(func, (ast.Name, ast.Attribute)) else None
         method = func.attr if isinstance(func, ast.Attribute) and qual is None else None
         every = (qual is not None and self.spec.is_sink_call(qual)) or method in self.spec.methods
+        # a device built only to be compared with (x.device == torch.device('cuda')) is a comparison
+        read = self._compare if id(node) in self.compared else self._sink
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 continue
             if every:
-                self._sink(arg)
+                read(arg)
             if method in self.spec.compare_methods:
                 self._compare(arg)
         for kw in node.keywords:
             if kw.arg is not None and (every or kw.arg in self.spec.kwargs):
-                self._sink(kw.value)
+                read(kw.value)
         if method == "add_argument":
             dest = _argparse_dest(node)
             default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
@@ -983,6 +987,14 @@ class _Finder(ast.NodeVisitor):
             return None, "the expression spans several lines"
         return Edit(chain.lineno, chain.col_offset, chain.end_col_offset, seg, f"torch_npu.npu.{member}"), None
 
+    def _compared(self, call: ast.Call) -> bool:
+        """Is the call compared with (``==``, ``in``...)?  Only asks the flow pass when the call
+        has a string argument that could name a device."""
+        if not any(self.rules.flow_tokens.search(text) for a in call.args + [k.value for k in call.keywords]
+                   for _, text in _string_parts(a)):
+            return False
+        return id(call) in self.flow.compared
+
     def _rename_edit(self, rule: Rule, chain):
         """`rewrite: rename`: the reference's last name becomes `rewrite_to` (dist.X -> dist.Y)."""
         if not isinstance(chain, ast.Attribute) or not rule.rewrite_to:
@@ -998,8 +1010,8 @@ class _Finder(ast.NodeVisitor):
                 continue
             literal_nodes, at = [], None
             if rule.where:
-                if call is None:
-                    continue
+                if call is None or (rule.where.get("is") == "cuda" and self._compared(call)):
+                    continue   # compared, not used: the string rules judge its literal
                 ok, literal_nodes, at = self._test(call, rule.where)
                 if not ok:
                     continue
