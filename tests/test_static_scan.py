@@ -178,6 +178,8 @@ def test_porting_idioms_found_with_honest_severity_and_nothing_else():
     findings = scan_paths([path])
     assert {(f.line, f.rule, f.severity) for f in findings} == expected
     by = {(f.line, f.rule): f for f in findings}
+    assert by[(at("cuda_kwargs = {"), "pin-memory")].api == \
+        f"torch.utils.data.DataLoader(**kwargs) on line {at('train = tud.DataLoader')}"
     assert "is_hccl_available" in by[(at("dist.is_nccl_available()"), "nccl-available")].replacement
     assert "torch.version.cann" in by[(at("torch.cuda.nccl.version()"), "cuda-version")].replacement
     assert "hccl" in by[(at("torch.cuda.nccl.version()"), "nccl-api")].replacement

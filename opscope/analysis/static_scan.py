@@ -1026,7 +1026,8 @@ class _Finder(ast.NodeVisitor):
             elif rule.rewrite == "rename":
                 edit, unsafe = self._rename_edit(rule, chain)
                 edits = [edit] if edit else []
-            api = qualname + ("()" if call is not None else "") if at is None else f"{qualname}(**kwargs)"
+            api = qualname + ("()" if call is not None else "") if at is None \
+                else f"{qualname}(**kwargs) on line {self._position(node, chain)[0]}"
             self._hit(rule, node, line, col, api, name=qualname, edits=edits, unsafe=unsafe)
             done.add(rule.id)
             if not rule.where:
@@ -1077,7 +1078,8 @@ class _Finder(ast.NodeVisitor):
                 edits = [Edit(func.end_lineno, start, func.end_col_offset, func.attr, "npu")]
             else:
                 edits = []
-            self._hit(rule, call, line, col, f".{func.attr}()" if at is None else f".{func.attr}(**kwargs)", edits=edits)
+            api = f".{func.attr}()" if at is None else f".{func.attr}(**kwargs) on line {self._position(call, func)[0]}"
+            self._hit(rule, call, line, col, api, edits=edits)
             done.add(rule.id)
             if not rule.where:
                 break
