@@ -207,6 +207,13 @@ def test_porting_idioms_rewrite_device_strings_and_leave_judgement(tmp_path):
     # a name imported on its own is left alone: the import would have to change too
     ("import torch\nfrom torch.distributed import is_nccl_available\nok = is_nccl_available()\n",
      "import torch\nfrom torch.distributed import is_nccl_available\nok = is_nccl_available()\n", {"nccl-available"}),
+    # an argparse device option: its default and choices change together; another option's do not
+    ("import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda', choices=['cpu', 'cuda'])\n"
+     "p.add_argument('--tvm-target', default='cuda', choices=['cuda', 'llvm'])\nx = torch.ones(1).to(p.parse_args().device)\n",
+     "import argparse, torch\nimport torch_npu  # added by opscope migrate: registers the NPU device with torch\n"
+     "p = argparse.ArgumentParser()\np.add_argument('--device', default='npu', choices=['cpu', 'npu'])\n"
+     "p.add_argument('--tvm-target', default='cuda', choices=['cuda', 'llvm'])\nx = torch.ones(1).to(p.parse_args().device)\n",
+     set()),
     # a 'cuda' string that is not a device is not touched
     ("import torch\nimport tvm\nt = tvm.target.Target('cuda')\n", "import torch\nimport tvm\nt = tvm.target.Target('cuda')\n",
      set()),

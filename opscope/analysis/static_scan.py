@@ -759,11 +759,14 @@ class _Flow(ast.NodeVisitor):
         for kw in node.keywords:
             if kw.arg is not None and (every or kw.arg in self.spec.kwargs):
                 read(kw.value)
-        if method == "add_argument":
+        if method == "add_argument":   # default= and choices= are what args.<dest> may hold
             dest = _argparse_dest(node)
-            default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
-            if dest and default is not None:
-                self._flow_into(default, [("a", dest)])
+            for kw in node.keywords if dest else ():
+                if kw.arg == "default":
+                    self._flow_into(kw.value, [("a", dest)])
+                elif kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple, ast.Set)):
+                    for choice in kw.value.elts:
+                        self._flow_into(choice, [("a", dest)])
         elif method == "update" and isinstance(func.value, (ast.Name, ast.Attribute, ast.Subscript)):
             targets = self._read_slots(func.value)
             for arg in node.args:
