@@ -736,6 +736,10 @@ class _Flow(ast.NodeVisitor):
                 self._compare(operand)
         self.generic_visit(node)
 
+    def visit_MatchValue(self, node):   # match device: case 'cuda': ...
+        self._compare(node.value)
+        self.generic_visit(node)
+
     def visit_Dict(self, node):
         for k, v in zip(node.keys, node.values):
             if _const_str(k) is not None:
