@@ -214,6 +214,8 @@ def test_porting_idioms_found_with_honest_severity_and_nothing_else():
     ("def f(d):\n    return 'cuda' in str(d) or d.startswith('cuda:0')\n",
      {(2, "cuda-device-check", "info")}),
     ("def f(x):\n    return x.is_cuda\n", {(2, "is-cuda", "info")}),
+    ("import torch.distributed as dist\nif dist.get_backend() == 'nccl':\n    pass\nb = 'nccl'\n",
+     {(2, "nccl-backend-check", "info"), (4, "nccl-backend", "error")}),
     ("def f(kind):\n    match kind:\n        case 'cuda':\n            return 1\n", {(3, "cuda-device-check", "info")}),
     ("import torch\ndef on_gpu(x):\n    return x.device == torch.device('cuda:0')\n", {(3, "cuda-device-check", "info")}),
     # not a device: TVM targets, log and print text, dict keys, a variable only a non-torch API reads
