@@ -12,7 +12,7 @@ from pathlib import Path
 
 from opscope import __version__
 from opscope.analysis.aggregate import aggregate
-from opscope.analysis.dynamic_shapes import find_dynamic_shapes
+from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.capture.store import load_capture
 from opscope.model import ScanResult
 
@@ -66,6 +66,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if not steps:
         result.notes.append("no step was captured: the script made no optimizer step or module call "
                             "(try --step-marker module or backward)")
+    result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)
     if warmup:
