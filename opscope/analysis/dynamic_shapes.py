@@ -173,7 +173,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             outputs = [list(s) for shapes in produced[oid].values() for s in shapes]
             dynamic.append(DynamicShape(
                 op=op, source=meta["where"], cause="data-dependent-output", varying_dims=varying_dims(outputs),
-                shapes_per_step={"outputs": sorted({_listify(s) for s in map(_shape_key, outputs)})},
+                shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(_shape_key, outputs)))},
                 root_cause=meta["where"], suggestion=know["suggestions"]["data-dependent-output"]))
             known.add((op, meta["where"]))
     dynamic_keys = {(d.op, d.source) for d in dynamic}
@@ -290,13 +290,15 @@ def epoch_notes(dataloaders: dict | None, steps_done: int) -> list[str]:
         batches, length = int(info.get("batches") or 0), info.get("length")
         if not batches or info.get("epochs_finished") or not isinstance(length, int) or batches >= length:
             continue
+        size, batch = info.get("dataset_size"), info.get("batch_size")
+        known = isinstance(size, int) and isinstance(batch, int) and batch > 0
+        if known and (info.get("drop_last") or size % batch == 0):
+            continue  # its last batch is a full one: nothing unseen at the epoch's end
         need = steps_done + (length - batches)
         note = (f"the run stopped before the end of the first epoch of the DataLoader at {site}: {batches} of its "
-                f"{length} batches were seen, so the epoch's last batch and any shape change it brings were not "
+                f"{length} batches were seen, so its last batch and any shape change it brings were not "
                 f"observed; --steps {need} reaches the end of the epoch")
-        size, batch = info.get("dataset_size"), info.get("batch_size")
-        if isinstance(size, int) and isinstance(batch, int) and batch > 0 and not info.get("drop_last") \
-                and size % batch:
-            note += f" (with {size} samples in batches of {batch}, its last batch will hold {size % batch})"
+        if known:
+            note += f" (with {size} samples in batches of {batch}, the last batch will hold {size % batch})"
         notes.append(note)
     return notes

@@ -275,9 +275,10 @@ class SourceTracker(TorchFunctionMode):
             oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
                                else fname)
         # the operators of this call: sized by its inputs, by the origin it creates (a factory,
-        # a view or slice sizes its own kernels) and, inside a DataLoader's next(), by the batch
+        # a view or slice sizes its own kernels; a data-dependent op's kernels and backward
+        # follow its output size) and, inside a DataLoader's next(), by the batch
         annotated = origins
-        if oid is not None and kind != "data-dependent-output":
+        if oid is not None:
             annotated = annotated | {oid}
         if self.loading is not None:
             annotated = annotated | {self.loading}
