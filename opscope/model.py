@@ -118,6 +118,8 @@ class Operator(_Record):
     steps: list = field(default_factory=list)
     dynamic: bool = False
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
+    import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
+    steady_time_us: float | None = None  # median self time per steady-state step (None: no such step)
     verdict: str | None = None
     evidence: dict = field(default_factory=dict)
     substitute: dict | None = None
