@@ -135,3 +135,12 @@ def test_library_import_time_operators_are_not_applicable(tmp_path):
         assert op["import_time"] and op["verdict"] == "not-applicable" and op["evidence"]["rule"] == "import-time"
     # the training step's own operators are still judged
     assert any(op["name"] == "aten::addmm" and op["verdict"] == "native" for op in result["operators"])
+
+
+def test_size_read_back_with_item_is_the_root_cause(tmp_path):
+    result = scan(tmp_path, "keep_confident.py", 6)
+    script = "keep_confident.py"
+    # full batches (drop_last=True); only the number of confident samples varies
+    assert roots(result) == {(line(script, "n_keep = int((conf > args.threshold).sum().item())"), "host-sync")}
+    rc = result["root_causes"][0]
+    assert rc["cause"] == "host-sync" and "aten::cross_entropy_loss" in rc["ops"]
