@@ -244,10 +244,14 @@ class SourceTracker(TorchFunctionMode):
             if handled:
                 if moved and isinstance(result, torch.Tensor):
                     result._opscope_dev = True
+                _pass_origins(args, result)
                 return result
         fname = getattr(func, "__name__", "")
         if fname in _NO_OP_FUNCS or threading.get_ident() != self.owner_thread:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if fname == "__get__":  # x.data, x.T, x.mT: the same data, the same origins
+                _pass_origins(args, out)
+            return out
         where, importing = self._where()
         # origins: every origin among the tensor inputs (by tensor identity)
         origins = frozenset()
@@ -318,6 +322,17 @@ class SourceTracker(TorchFunctionMode):
             except Exception:
                 pass
         return out
+
+
+def _pass_origins(args, out) -> None:
+    """Give ``out`` (a tensor standing for ``args[0]``'s data) the origins of ``args[0]``."""
+    if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
+        origins = getattr(args[0], "_opscope_origins", None)
+        if origins and getattr(out, "_opscope_origins", None) is None:
+            try:
+                out._opscope_origins = origins
+            except Exception:
+                pass
 
 
 def _is_accel(device) -> bool:
