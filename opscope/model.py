@@ -16,6 +16,8 @@ SCAN_SCHEMA = "opscope.scan/1"
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
 VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
 CAUSES = ("input-varies", "data-dependent-output", "host-sync")
+ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "data-dependent-output", "host-sync",
+              "untraced")
 
 
 def _clean(value: Any) -> Any:
@@ -71,7 +73,9 @@ class OpCall(_Record):
     seq_nr: int = -1
     start_us: float = 0.0
     children: list = field(default_factory=list)
-    device: str = "host"   # "device": touched tensors the script put on its accelerator
+    device: str = "host"   # "device": touched tensors the script put on its accelerator; "import": ran
+    #                        on host tensors while a library was being imported
+    origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls of one step folded into this record (times summed)
 
     def signature(self) -> tuple:
@@ -120,6 +124,8 @@ class Operator(_Record):
     steps: list = field(default_factory=list)
     dynamic: bool = False
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
+    import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
+    steady_time_us: float | None = None  # median self time per steady-state step (None: no such step)
     verdict: str | None = None
     evidence: dict = field(default_factory=dict)
     substitute: dict | None = None
@@ -143,13 +149,19 @@ class DynamicShape(_Record):
 
 @dataclass
 class RootCause(_Record):
-    """A user source line that makes downstream operators dynamic: what to fix."""
+    """A user source line that makes downstream operators dynamic: what to fix.
+
+    ``kind`` says how the varying size enters there (``ROOT_KINDS``); ``related`` lists
+    lines that only pass the same varying size on (folded into this cause).
+    """
     source: str | None
     cause: str
     ops: list = field(default_factory=list)
     varying_dims: list = field(default_factory=list)
     suggestion: str = ""
     evidence: str = ""
+    kind: str = ""
+    related: list = field(default_factory=list)
 
 
 @dataclass

@@ -96,7 +96,7 @@ class CaptureSession:
         self._opt_rf = None
         self._step_callbacks: list = []
         self._lock = threading.Lock()
-        self.dataloaders: dict[str, dict] = {}   # "file:line" -> {"drop_last": bool, "batch_size": int}
+        self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
         self.keep_in_memory = True                # the child analyses from memory, not from disk
         self.calls: list = []
         self.step_records: list = []
@@ -393,7 +393,7 @@ class CaptureSession:
             self._unrecorded["after_calls"] = self.tracker.calls_in_step
             if self.tracker.call_cap < self.max_step_calls:
                 self._unrecorded["reason"] = f"capture memory above --max-capture-mb {self.max_capture_mb}"
-            self._unrecorded["where"] = self.tracker._where()
+            self._unrecorded["where"] = self.tracker._where()[0]
             if not (self._eval_paused or self._closure_paused):
                 _collect_cpu(False)
 
@@ -455,27 +455,51 @@ class CaptureSession:
         def init(this, *args, **kwargs):
             found = session.user_code.frame_of(_caller())
             this._opscope_site = f"{found[0]}:{found[1]}" if found else None
+            out = orig_init(this, *args, **kwargs)
             if this._opscope_site:
-                session.dataloaders[this._opscope_site] = {"drop_last": bool(kwargs.get("drop_last", False)),
-                                                           "batch_size": kwargs.get("batch_size", args[1] if len(args) > 1 else 1)}
-            return orig_init(this, *args, **kwargs)
+                # what the analysis needs to say whether an epoch end (a partial last batch) was seen
+                info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
+                        "batch_size": getattr(this, "batch_size", None), "length": None,
+                        "dataset_size": None, "batches": 0, "epochs_finished": 0, "iterators": 0}
+                for key, get in (("length", lambda: len(this)), ("dataset_size", lambda: len(this.dataset))):
+                    try:
+                        info[key] = int(get())
+                    except Exception:  # an IterableDataset without __len__
+                        pass
+                session.dataloaders[this._opscope_site] = info
+            return out
 
         def next_(this):
             session.safe_point()
-            if rf_cls is not None and session.prof is not None:
-                with rf_cls("opscope.dataloader"):
-                    batch = orig_next(this)
-            else:
-                batch = orig_next(this)
             site = getattr(this._opscope_loader_ref, "_opscope_site", None) if hasattr(this, "_opscope_loader_ref") else None
+            info = session.dataloaders.get(site) if site else None
+            loading = session.tracker.begin_loading(site)
+            try:
+                if rf_cls is not None and session.prof is not None:
+                    with rf_cls("opscope.dataloader"):
+                        batch = orig_next(this)
+                else:
+                    batch = orig_next(this)
+            except StopIteration:
+                if info is not None:
+                    info["epochs_finished"] += 1
+                raise
+            finally:
+                session.tracker.end_loading(loading)
             if site:
-                session.tracker.tag(batch, site, "input-varies")
+                if info is not None:
+                    this._opscope_batches = getattr(this, "_opscope_batches", 0) + 1
+                    info["batches"] = max(info["batches"], this._opscope_batches)
+                session.tracker.tag(batch, site, "loader")
             return batch
 
         orig_iter_init = _BaseDataLoaderIter.__init__
 
         def iter_init(this, loader, *args, **kwargs):
             this._opscope_loader_ref = loader
+            info = session.dataloaders.get(getattr(loader, "_opscope_site", None) or "")
+            if info is not None:
+                info["iterators"] += 1
             return orig_iter_init(this, loader, *args, **kwargs)
 
         DataLoader.__init__ = init
