@@ -96,12 +96,17 @@ def main(config_path: str) -> int:
         raise StopScan("timeout")
 
     signal.signal(signal.SIGTERM, on_term)
+    # opscope forwards Ctrl-C / its own SIGTERM as SIGINT; a shell may have started us with
+    # SIGINT ignored (background jobs), so install Python's handler explicitly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script] + list(config.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     session = CaptureSession(out_dir, steps=config["steps"], step_marker=config.get("step_marker", "auto"),
                              user_root=os.path.dirname(os.path.abspath(script)),
                              remap=device == "cpu",
-                             export_traces=config.get("export_traces", True))
+                             export_traces=config.get("export_traces", True),
+                             keep_compile=bool(config.get("keep_compile", False)),
+                             **{k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
     ctx = _Context(session, device, out_dir)
     for spec in config.get("plugins", []):
         module_name, _, func_name = spec.partition(":")
@@ -122,8 +127,9 @@ def main(config_path: str) -> int:
         kind = "exit"
         message = f"the script called sys.exit({exc.code!r})"
         where = _user_frame_summary(exc, script)
-    except KeyboardInterrupt:
-        kind, code, message = "killed", 130, "interrupted"
+    except KeyboardInterrupt as exc:
+        kind, code, message = "interrupted", 130, "the scan was interrupted"
+        where = _user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1
         message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]

@@ -67,7 +67,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,
-               static: bool = True) -> ChildOutcome:
+               static: bool = True, capture_options: dict | None = None) -> ChildOutcome:
     """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
 
     ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
@@ -85,6 +85,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
         "step_marker": step_marker, "export_traces": export_traces, "analyse": analyse,
         "settings": settings or {"steps": steps}, "target": target, "static": static,
+        **(capture_options or {}),
         "started_epoch": time.time(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
@@ -100,7 +101,9 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     relay.start()
     started = time.monotonic()
     timed_out = False
+    interrupted = None
     steps_file = capture_dir / "steps.jsonl"
+    restore = _forward_termination()
     try:
         while True:
             try:
@@ -112,24 +115,19 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                 progress(_count_lines(steps_file))
             if timeout and time.monotonic() - started > timeout and not timed_out:
                 timed_out = True
-                _signal_group(proc, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc, signal.SIGKILL)
-                    proc.wait()
+                _stop_child(proc, signal.SIGTERM)   # the child ends the step and writes what it has
                 break
-    except KeyboardInterrupt:
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-        raise
+    except (KeyboardInterrupt, _Terminated) as exc:
+        # Ctrl-C or SIGTERM to opscope: the script (in its own session) must not outlive us.
+        # SIGINT tells the child to stop and write what it captured; SIGKILL after the grace.
+        interrupted = getattr(exc, "signum", signal.SIGINT)
+        _stop_child(proc, signal.SIGINT)
     finally:
+        restore()
         # the script's own children (DataLoader workers, spawned ranks) go with it
-        if proc.poll() is not None:
-            _signal_group(proc, signal.SIGKILL)
+        _signal_group(proc, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
     relay.join(timeout=5)
     outcome = _read_outcome(capture_dir, proc.returncode)
     if outcome.kind == "usage":
@@ -137,6 +135,11 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     if timed_out:
         outcome.kind = "timeout"
         outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
+    if interrupted is not None:
+        name = signal.Signals(interrupted).name
+        outcome.kind = "interrupted"
+        outcome.code = 128 + int(interrupted)
+        outcome.message = f"opscope was stopped by {name}"
     if progress is not None:
         progress(_count_lines(steps_file))
     return outcome
@@ -158,6 +161,36 @@ def _relay_stderr(stream) -> None:
         else:  # pragma: no cover - stderr replaced by a text stream (tests)
             sys.stderr.write(line.decode(errors="replace"))
     stream.close()
+
+
+class _Terminated(Exception):
+    """SIGTERM reached opscope while it waited for the script."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _forward_termination():
+    """Turn SIGTERM into an exception while waiting, so the child is stopped, not orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum, frame):
+        raise _Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_child(proc, sig) -> None:
+    """Ask the child to stop with ``sig``; kill its whole group after the grace period."""
+    _signal_group(proc, sig)
+    try:
+        proc.wait(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
 
 
 def _signal_group(proc, sig) -> None:

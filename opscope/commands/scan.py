@@ -32,6 +32,12 @@ def register(sub) -> None:
     p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
     p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
     p.add_argument("--no-traces", action="store_true", help="do not keep the per-step Chrome traces")
+    p.add_argument("--keep-compile", action="store_true",
+                   help="let torch.compile compile (default: it is a no-op and the eager program is measured)")
+    p.add_argument("--max-step-calls", type=int, default=None,
+                   help="torch calls recorded per step before the rest of it runs unprofiled (default 20000)")
+    p.add_argument("--max-capture-mb", type=int, default=None,
+                   help="capture memory growth (MB) after which a step stops recording (default 1536)")
     p.add_argument("--quiet", action="store_true", help="no terminal summary")
     p.set_defaults(func=run)
 
@@ -71,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--steps must be at least 1")
     if args.warmup < 0 or args.warmup >= args.steps:
         raise UserError("--warmup must be between 0 and --steps - 1")
+    for flag in ("max_step_calls", "max_capture_mb"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive number")
     if args.timeout is not None and args.timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
@@ -95,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
                              timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
-                             progress=progress, analyse=True, settings=settings, target=args.target)
+                             progress=progress, analyse=True, settings=settings, target=args.target,
+                             capture_options={"keep_compile": args.keep_compile,
+                                              "max_step_calls": args.max_step_calls,
+                                              "max_capture_mb": args.max_capture_mb})
     finally:
         status.stop()
     result = None
@@ -121,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
         print_summary(result, Console())
         Console().print("wrote " + ", ".join(str(p) for p in written))
     if not result.complete:
-        code = EXIT_TIMEOUT if outcome.kind == "timeout" else EXIT_SCRIPT_FAILED
+        code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)
         kept = sum(1 for s in result.steps if s.complete)
-        raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
+        why = f"{outcome.message}: " if outcome.kind == "interrupted" else ""
+        raise UserError(f"{why}{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
                         f"to {out / 'scan.json'}", code)
     score = (result.summary or {}).get("readiness_score")
     if args.fail_under is not None and (score is None or score < args.fail_under):

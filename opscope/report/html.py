@@ -133,6 +133,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                       "api": f.api, "origin": f.origin, "count": int(f.count or 1),
                       "replacement": f.replacement or "", "message": f.message, "snippet": f.snippet}
                      for f in result.findings],
+        "remaps": [{"where": f"{f.file}:{f.line}" if f.file and f.line else (f.file or view.NA), "api": f.api,
+                    "became": f.remapped_to, "count": int(f.count or 1)}
+                   for f in result.findings if getattr(f, "remapped_to", None)],
         "verification": _verification_context(result.verification),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
