@@ -30,7 +30,7 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
     if outcome.kind == "exception":
         return False, f"the script raised {outcome.message}{where}{during}"
     if outcome.kind == "timeout":
-        return False, f"{outcome.message}; stopped{during}"
+        return False, f"{outcome.message}; stopped{during}{where}"
     return False, f"{outcome.message}{during}"
 
 
