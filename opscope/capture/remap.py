@@ -33,6 +33,7 @@ _RULES = {
     "cudnn-flags": ("torch.backends.cudnn flag set (no effect on NPU)", "remove, or set NPU options (`torch.npu.set_compile_mode`)"),
     "pin-memory": ("DataLoader(pin_memory=True)", "keep `pin_memory=True` only with torch_npu; NPU docs advise `pin_memory=False` on older CANN"),
     "nccl-backend": ("NCCL process-group backend", "`backend='hccl'`"),
+    "ddp-device-ids": ("DistributedDataParallel(device_ids=...) names CUDA devices", "`device_ids=[local_rank]` after `torch.npu.set_device(local_rank)` and `model.npu()`"),
     "cuda-event": ("torch.cuda.Event", "`torch.npu.Event`"),
     "cuda-stream": ("torch.cuda.Stream/stream context", "`torch.npu.Stream` / `torch.npu.stream`"),
     "cuda-load": ("torch.load(map_location=cuda)", "`map_location='npu'` or `'cpu'`"),
@@ -318,34 +319,8 @@ class CudaRemapper:
         self._patch(DataLoader, "__init__", init)
 
     def _install_distributed(self, rec):
-        try:
-            import torch.distributed as dist
-        except Exception:  # pragma: no cover
-            return
-        if not dist.is_available():
-            return
-        orig = dist.init_process_group
-
-        @functools.wraps(orig)
-        def init_process_group(*args, **kwargs):
-            backend = kwargs.get("backend", args[0] if args else None)
-            if isinstance(backend, str) and "nccl" in backend:
-                rec("nccl-backend", f"init_process_group(backend={backend!r})")
-                if args:
-                    args = ("gloo",) + tuple(args[1:])
-                else:
-                    kwargs["backend"] = "gloo"
-            return orig(*args, **kwargs)
-
-        self._patch(dist, "init_process_group", init_process_group)
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        orig_ddp = DDP.__init__
-
-        @functools.wraps(orig_ddp)
-        def ddp_init(this, module, device_ids=None, output_device=None, *args, **kwargs):
-            return orig_ddp(this, module, None, None, *args, **kwargs)
-
-        self._patch(DDP, "__init__", ddp_init)
+        from opscope.capture.ranks import install_remap
+        install_remap(self, rec)
 
     def _install_load(self, rec):
         orig = torch.load
