@@ -39,7 +39,8 @@ DEFAULT_WORLD_SIZE = 2
 ENV_WORLD_SIZE = "OPSCOPE_WORLD_SIZE"      # torch.cuda.device_count() in the script's processes
 ENV_MASTER_PORT = "OPSCOPE_MASTER_PORT"    # the rendezvous port every init_process_group uses
 GRACE_SECONDS = 10.0
-PEER_EXIT_SECONDS = 30.0   # after rank 0 is done, how long the other ranks may take to stop
+PEER_EXIT_SECONDS = 30.0
+PEER_GRACE_SECONDS = 5.0   # after a rank failed, how long the others may take to notice and end   # after rank 0 is done, how long the other ranks may take to stop
 
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
                 "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"}
@@ -275,11 +276,11 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
                 timed_out = True
                 _stop_all(procs, signal.SIGTERM)
                 break
-            if stopping:  # a rank failed: the others would wait for it forever in a collective
-                _stop_all(procs, signal.SIGINT)
+            if stopping:  # a rank failed: the others may wait for it forever in a collective
+                _stop_peers(procs, out_dir, captured)
                 break
             if 0 in outcomes and time.time() - outcomes[0].get("ended", time.time()) > PEER_EXIT_SECONDS:
-                _stop_all(procs, signal.SIGINT)  # rank 0 is done; a peer stuck past it is not worth waiting for
+                _stop_peers(procs, out_dir, captured)  # rank 0 is done; a peer stuck past it is not worth waiting for
                 break
     except BaseException:
         _stop_all(procs, signal.SIGTERM)
@@ -320,10 +321,24 @@ def _rank_argv(argv: list, rank: int, flag: str | None) -> list:
     return argv
 
 
+def _stop_peers(procs: dict, out_dir: Path, captured: set) -> None:
+    """Let ranks that are ending on their own (a peer's failure reaches them as a gloo error) finish
+    writing; interrupt the ones still inside the script; kill what is left after the grace period."""
+    deadline = time.monotonic() + PEER_GRACE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
+        time.sleep(0.1)
+    for rank, proc in procs.items():
+        ending = (rank_dir(out_dir, rank, rank in captured) / "capture" / "outcome.json").exists()
+        if proc.poll() is None and not ending:
+            from opscope.capture.runner import _signal_group
+            _signal_group(proc, signal.SIGINT)
+    _stop_all(procs, None)
+
+
 def _stop_all(procs: dict, sig) -> None:
     from opscope.capture.runner import _signal_group
     for proc in procs.values():
-        if proc.poll() is None:
+        if proc.poll() is None and sig is not None:
             _signal_group(proc, sig)
     deadline = time.monotonic() + GRACE_SECONDS
     for proc in procs.values():
