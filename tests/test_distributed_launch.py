@@ -101,7 +101,7 @@ def test_launch_plan_options():
 @needs_cpu
 def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_path):
     script = SCRIPTS / "ddp_spawn_train.py"
-    proc, left = scan(script, tmp_path, "--steps", "3", quiet=False)
+    proc, left = scan(script, tmp_path, "--steps", "3", quiet=False, script_args=["--sync-bn"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not left, left
     assert "torch.cuda.device_count() = 2" in proc.stderr          # the world size used is printed
@@ -113,13 +113,13 @@ def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_pa
             ("cuda-set-device", line_of(script, "torch.cuda.set_device(rank)")),
             ("ddp-device-ids", line_of(script, "device_ids=[rank]")),
             ("cuda-call", line_of(script, "Net().cuda(rank)")),
-            ("cuda-device-count", line_of(script, "torch.cuda.device_count()"))} <= runtime
+            ("cuda-device-count", line_of(script, "torch.cuda.device_count()")),
+            ("sync-batchnorm", line_of(script, "self.bn(self.conv(x))"))} <= runtime
     assert ("nccl-env", line_of(script, "NCCL_DEBUG")) in findings_at(data)
     nccl = next(f for f in data["findings"] if f["rule"] == "nccl-backend")
     assert "hccl" in nccl["replacement"]
     ops = {op["name"]: op for op in data["operators"]}
-    conv_line = ops["aten::conv2d"]["source"]
-    assert conv_line == f"ddp_spawn_train.py:{line_of(script, 'self.norm(self.conv(x))')}"
+    assert ops["aten::conv2d"]["source"] == f"ddp_spawn_train.py:{line_of(script, 'self.bn(self.conv(x))')}"
     assert not (tmp_path / "rank1").exists()       # rank 1 ran, uncaptured
     assert not any(op["verdict"] == "unknown" for op in data["operators"])
 

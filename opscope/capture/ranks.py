@@ -64,6 +64,25 @@ def install_remap(remapper, rec) -> None:
         return orig_ddp(this, module, None, None, *args, **kwargs)
 
     remapper._patch(DDP, "__init__", ddp_init)
+    sync_bn = torch.nn.SyncBatchNorm
+    orig_forward = sync_bn.forward
+
+    @functools.wraps(orig_forward)
+    def sync_bn_forward(this, input):
+        if input.device.type == "cpu":   # SyncBatchNorm refuses CPU tensors once a process group exists
+            rec("sync-batchnorm", "torch.nn.SyncBatchNorm")
+            return torch.nn.modules.batchnorm._BatchNorm.forward(this, input)
+        return orig_forward(this, input)
+
+    remapper._patch(sync_bn, "forward", sync_bn_forward)
+    orig_sync_check = getattr(DDP, "_passing_sync_batchnorm_handle", None)
+    if orig_sync_check is not None:  # DDP refuses SyncBatchNorm in a CPU module
+
+        def sync_check(this, module):
+            if getattr(this, "device_type", None) != "cpu":
+                return orig_sync_check(this, module)
+
+        remapper._patch(DDP, "_passing_sync_batchnorm_handle", sync_check)
 
 
 def _gloo(orig, rec, name: str, rendezvous: bool):

@@ -33,6 +33,7 @@ _RULES = {
     "cudnn-flags": ("torch.backends.cudnn flag set (no effect on NPU)", "remove, or set NPU options (`torch.npu.set_compile_mode`)"),
     "pin-memory": ("DataLoader(pin_memory=True)", "keep `pin_memory=True` only with torch_npu; NPU docs advise `pin_memory=False` on older CANN"),
     "nccl-backend": ("NCCL process-group backend", "`backend='hccl'`"),
+    "sync-batchnorm": ("SyncBatchNorm (no CPU kernel for synchronised statistics: ran as BatchNorm)", "keep with backend='hccl', or plain BatchNorm for per-device statistics"),
     "ddp-device-ids": ("DistributedDataParallel(device_ids=...) names CUDA devices", "`device_ids=[local_rank]` after `torch.npu.set_device(local_rank)` and `model.npu()`"),
     "cuda-event": ("torch.cuda.Event", "`torch.npu.Event`"),
     "cuda-stream": ("torch.cuda.Stream/stream context", "`torch.npu.Stream` / `torch.npu.stream`"),

@@ -15,11 +15,12 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
         self.norm = nn.LayerNorm([8, 8, 8])
         self.head = nn.Linear(8 * 8 * 8, 10)
 
     def forward(self, x):
-        x = torch.relu(self.norm(self.conv(x)))
+        x = torch.relu(self.norm(self.bn(self.conv(x))))
         return self.head(x.flatten(1))
 
 
@@ -31,6 +32,8 @@ def main_worker(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     model = Net().cuda(rank)
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = DDP(model, device_ids=[rank])
     criterion = nn.CrossEntropyLoss().cuda(rank)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -58,6 +61,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--port", type=int, default=23456)
+    parser.add_argument("--sync-bn", action="store_true")
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=2)
     args = parser.parse_args()
