@@ -219,8 +219,14 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
     _state.contexts.append(ctx)
     if not join:
         return ctx
-    while not ctx.join(grace_period=RANK_GRACE_SECONDS):
-        pass
+    rank0_done = None
+    while not ctx.join(timeout=1.0, grace_period=RANK_GRACE_SECONDS):
+        if ctx.processes[0].exitcode == 0:   # rank 0 is done: a peer stuck past it is not worth waiting for
+            rank0_done = rank0_done or time.monotonic()
+            if time.monotonic() - rank0_done > distributed.PEER_EXIT_SECONDS:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.terminate()
     main = distributed.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
     if first and main.get("kind") == "steps-reached":
         raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
@@ -343,7 +349,8 @@ def after_script(kind, code, message, where) -> tuple[str, object, str, str | No
     if kind == "timeout":
         return kind, code, message, where, steps
     found = distributed.culprit(outcomes)
-    if found is not None:
+    rank0_ok = outcomes[0].get("kind") in ("steps-reached", "finished")
+    if found is not None and (distributed.failed(found[1]) or not rank0_ok):   # not: a peer stopped after rank 0
         data = distributed.rank_failure(*found)
         return data.get("kind", "killed"), data.get("code"), data.get("message", ""), data.get("where"), steps
     if distributed.failed({"kind": kind, "code": code}) or kind == "killed":
