@@ -151,11 +151,11 @@ def describe(plan: dict) -> str:
 
 
 def rank_dir(out_dir: Path, rank: int, captured: bool) -> Path:
-    """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/."""
+    """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/ (not captured)."""
     out_dir = Path(out_dir)
-    if rank == 0:
-        return out_dir
-    return out_dir / f"rank{rank}" if captured else out_dir / "capture" / "ranks" / f"rank{rank}"
+    if not captured:
+        return out_dir / "capture" / "ranks" / f"rank{rank}"
+    return out_dir if rank == 0 else out_dir / f"rank{rank}"
 
 
 def free_port() -> int:

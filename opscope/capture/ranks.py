@@ -210,7 +210,7 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
     if first:
         findings = _detach(_state.session, out_dir)
     target = _RankTarget(fn, {
-        "out_dir": str(out_dir), "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
+        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"), "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
         "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
         "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
         "captured": captured, "findings": findings,
@@ -227,9 +227,10 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
                 for proc in ctx.processes:
                     if proc.is_alive():
                         proc.terminate()
-    main = distributed.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
-    if first and main.get("kind") == "steps-reached":
-        raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
+    if first:
+        main = distributed.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
+        if main.get("kind") == "steps-reached":
+            raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
     return None
 
 
