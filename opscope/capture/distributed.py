@@ -243,6 +243,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     started = time.monotonic()
     timed_out = False
     outcomes: dict[int, dict] = {}
+    previous = _on_sigterm()
     try:
         for rank in range(world):
             is_captured = rank in captured
@@ -282,12 +283,18 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             if 0 in outcomes and time.time() - outcomes[0].get("ended", time.time()) > PEER_EXIT_SECONDS:
                 _stop_peers(procs, out_dir, captured)  # rank 0 is done; a peer stuck past it is not worth waiting for
                 break
+    except _Terminated:
+        _stop_all(procs, signal.SIGTERM)
+        _redeliver_sigterm(previous)
+        raise KeyboardInterrupt from None   # only reached when the previous handler returned
     except BaseException:
         _stop_all(procs, signal.SIGTERM)
         raise
     finally:
         for proc in procs.values():  # DataLoader workers and anything else the ranks started
             _signal_group(proc, signal.SIGKILL)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     for relay in relays:
         relay.join(timeout=5)
     for rank, proc in procs.items():
@@ -311,6 +318,31 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     return ChildOutcome(main.get("kind", "finished"), main.get("code"), main.get("message", ""),
                         where=main.get("where"), steps=main.get("steps", 0), returncode=procs[0].returncode,
                         extra=extra)
+
+
+class _Terminated(BaseException):
+    pass
+
+
+def _on_sigterm():
+    """While the ranks run, SIGTERM to opscope first stops them (their groups are not ours)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _redeliver_sigterm(previous) -> None:
+    """Hand SIGTERM on to whatever handled it before (by default: end opscope with it)."""
+    if callable(previous):
+        previous(signal.SIGTERM, None)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
 
 
 def _rank_argv(argv: list, rank: int, flag: str | None) -> list:
