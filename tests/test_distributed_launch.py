@@ -101,7 +101,7 @@ def test_launch_plan_options():
 @needs_cpu
 def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_path):
     script = SCRIPTS / "ddp_spawn_train.py"
-    proc, left = scan(script, tmp_path, "--steps", "3", quiet=False, script_args=["--sync-bn"])
+    proc, left = scan(script, tmp_path, "--steps", "3", "--ranks", "all", quiet=False, script_args=["--sync-bn"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not left, left
     assert "torch.cuda.device_count() = 2" in proc.stderr          # the world size used is printed
@@ -120,7 +120,9 @@ def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_pa
     assert "hccl" in nccl["replacement"]
     ops = {op["name"]: op for op in data["operators"]}
     assert ops["aten::conv2d"]["source"] == f"ddp_spawn_train.py:{line_of(script, 'self.bn(self.conv(x))')}"
-    assert not (tmp_path / "rank1").exists()       # rank 1 ran, uncaptured
+    rank1 = load_scan(tmp_path / "rank1")
+    assert_trained(rank1, 3)
+    assert rank1["settings"]["rank"] == 1 and ("nccl-backend", nccl["line"]) in findings_at(rank1)
     assert not any(op["verdict"] == "unknown" for op in data["operators"])
 
 
@@ -142,7 +144,7 @@ def test_torchrun_style_script_gets_ranks_from_opscope_and_ranks_all_writes_a_fo
 
 
 @needs_cpu
-def test_legacy_local_rank_argument_is_passed(tmp_path):
+def test_legacy_local_rank_argument_is_passed_and_other_ranks_are_not_captured(tmp_path):
     script = SCRIPTS / "ddp_launch_legacy.py"
     proc, left = scan(script, tmp_path, "--steps", "3", "--world-size", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -151,6 +153,8 @@ def test_legacy_local_rank_argument_is_passed(tmp_path):
     assert data["complete"] and len([s for s in data["steps"] if s["complete"]]) == 3
     assert data["argv"][-1] == "--local_rank=0"
     assert ("cuda-set-device", line_of(script, "set_device(args.local_rank)")) in findings_at(data)
+    assert not (tmp_path / "rank1").exists()       # rank 1 ran remapped, not captured
+    assert any("were not captured" in note for note in data["notes"])
 
 
 @needs_cpu
