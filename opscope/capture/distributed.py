@@ -301,20 +301,22 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
             outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
     main = outcomes[0]
+    if main.get("kind") == "usage":
+        raise UserError(main.get("message", ""))
     extra = {k: main[k] for k in ("analysed", "device") if k in main}
     if timed_out:
+        if main.get("kind") != "timeout":
+            extra.pop("analysed", None)
         return ChildOutcome("timeout", None, f"the script did not finish {config['steps']} steps within "
                             f"--timeout {timeout:g}s", steps=main.get("steps", 0), returncode=procs[0].returncode,
-                            extra={k: v for k, v in extra.items() if k == "device"})
+                            extra=extra)
     if failed(main) or main.get("kind") == "killed" or any(failed(o) for o in outcomes.values()):
         rank, data = culprit(outcomes) or (0, main)
-        data = rank_failure(rank, data) if rank else data
-        if main.get("kind") == "usage":
-            raise UserError(main.get("message", ""))
-        # rank 0's scan.json describes its own end; the run's end is the culprit's
+        data = rank_failure(rank, data)
+        extra.pop("analysed", None)   # rank 0's scan.json tells its own end; the run's end is the culprit's
         return ChildOutcome(data.get("kind", "killed"), data.get("code"), data.get("message", ""),
                             where=data.get("where"), steps=main.get("steps", 0), returncode=procs[rank].returncode,
-                            extra={k: v for k, v in extra.items() if k == "device" or rank == 0})
+                            extra=extra)
     return ChildOutcome(main.get("kind", "finished"), main.get("code"), main.get("message", ""),
                         where=main.get("where"), steps=main.get("steps", 0), returncode=procs[0].returncode,
                         extra=extra)
