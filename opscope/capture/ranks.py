@@ -40,16 +40,8 @@ def install_remap(remapper, rec) -> None:
     except Exception:  # pragma: no cover
         return
     world = int(os.environ.get(distributed.ENV_WORLD_SIZE, "0") or 0)
-    if world:
-        orig_count = torch.cuda.device_count
-
-        def device_count():
-            if remapper._from_user():
-                rec("cuda-device-count", "torch.cuda.device_count()")
-                return world
-            return orig_count()
-
-        remapper._patch(torch.cuda, "device_count", device_count)
+    if world:   # torch.cuda/torch.accelerator.device_count(): nprocs=device_count() spawns the world
+        remapper.device_count = world
     if not dist.is_available():
         return
     remapper._patch(dist, "init_process_group", _gloo(dist.init_process_group, rec, "init_process_group", True))
@@ -304,7 +296,7 @@ class _RankTarget:
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
-                session.finish()
+                session.finish(ended_normally=kind == "finished")
             finally:
                 _write_outcome(folder, kind, code, message, where, session.step_index)
         sys.stdout.flush()
