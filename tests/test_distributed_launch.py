@@ -179,3 +179,16 @@ def test_a_crashing_torchrun_rank_stops_the_others(tmp_path):
     assert not left, left
     error = [line for line in proc.stderr.splitlines() if line.startswith("opscope: error:")]
     assert len(error) == 1 and "NaN loss on rank 1" in error[0] and "(rank 1)" in error[0], error[0]
+
+
+def test_the_rank_that_failed_first_is_named():
+    from opscope.capture.distributed import culprit, rank_failure
+    gloo = {"kind": "exception", "message": "RuntimeError: Connection closed by peer", "where": "t.py:40",
+            "ended": 12.0}
+    cause = {"kind": "exception", "message": "ValueError: NaN loss", "where": "t.py:52", "ended": 10.0}
+    stopped = {"kind": "killed", "message": "interrupted", "ended": 11.0}
+    assert culprit({0: gloo, 1: cause, 2: stopped}) == (1, cause)
+    assert culprit({0: {"kind": "steps-reached", "ended": 1.0}, 1: stopped}) == (1, stopped)
+    assert culprit({0: {"kind": "steps-reached"}, 1: {"kind": "exit", "code": 0}}) is None
+    assert rank_failure(1, cause)["where"] == "t.py:52 (rank 1)"
+    assert rank_failure(2, stopped)["message"] == "rank 2: interrupted"
