@@ -70,6 +70,7 @@ def test_launcher_is_read_from_the_script(tmp_path):
     assert detect_launcher(SCRIPTS / "ddp_spawn_train.py") == ("spawn", None)
     assert detect_launcher(SCRIPTS / "ddp_torchrun_train.py") == ("torchrun", None)
     assert detect_launcher(SCRIPTS / "ddp_launch_legacy.py") == ("torchrun", "--local_rank")
+    assert detect_launcher(SCRIPTS / "ddp_process_tutorial.py") == ("spawn", None)
     assert detect_launcher(SCRIPTS / "gpu_style_train.py") == ("none", None)
     aliased = tmp_path / "a.py"
     aliased.write_text("from torch.multiprocessing import start_processes as go\nimport torch.distributed as d\n"
@@ -141,6 +142,21 @@ def test_torchrun_style_script_gets_ranks_from_opscope_and_ranks_all_writes_a_fo
         assert {("nccl-backend", line_of(script, 'init_process_group(backend="nccl")')),
                 ("cuda-set-device", line_of(script, "set_device(local_rank)")),
                 ("ddp-device-ids", line_of(script, "device_ids=[local_rank]"))} <= findings_at(data)
+
+
+@needs_cpu
+def test_one_process_per_rank_launch_of_the_distributed_tutorial(tmp_path):
+    script = SCRIPTS / "ddp_process_tutorial.py"
+    proc, left = scan(script, tmp_path, "--steps", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not left, left
+    data = load_scan(tmp_path)
+    assert data["complete"] and len([s for s in data["steps"] if s["complete"]]) == 3
+    assert {"aten::native_layer_norm_backward", "aten::addmm"} <= {op["name"] for op in data["operators"]}
+    runtime = {(f["rule"], f["line"]) for f in data["findings"] if "runtime" in f["origin"]}
+    assert {("nccl-backend", line_of(script, "dist.init_process_group(backend")),
+            ("cuda-set-device", line_of(script, "torch.cuda.set_device(rank)")),
+            ("cuda-device-count", line_of(script, "world_size = torch.cuda.device_count()"))} <= runtime
 
 
 @needs_cpu

@@ -2,7 +2,8 @@
 
 A training script is launched one of three ways:
 
-* ``spawn``: the script itself calls ``torch.multiprocessing.spawn``/``start_processes``.
+* ``spawn``: the script itself calls ``torch.multiprocessing.spawn``/``start_processes``
+  (or starts one ``multiprocessing.Process(target=fn, args=(rank, ...))`` per rank).
   One capture child runs it; ``ranks.py`` (inside that child) wraps the spawn so every
   rank process is remapped, stops after ``--steps`` and, for captured ranks, profiled.
 * ``torchrun``: the script expects a launcher (``init_process_group()`` reading
@@ -44,6 +45,7 @@ PEER_GRACE_SECONDS = 5.0   # after a rank failed, how long the others may take t
 
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
                 "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"}
+_PROCESS_CALLS = {"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"}
 _RANK_ENV_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
 _LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
@@ -63,7 +65,7 @@ def detect_launcher(script) -> tuple[str, str | None]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for a in node.names:
                 aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    spawn = env = False
+    spawn = env = process = init = False
     flag = None
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -74,13 +76,22 @@ def detect_launcher(script) -> tuple[str, str | None]:
             name = _qualname(node.func, aliases)
             if name in _SPAWN_CALLS:
                 spawn = True
-            elif name and name.split(".")[-1] == "init_process_group" and _env_rendezvous(node):
-                env = True
-    if spawn:
+            elif name in _PROCESS_CALLS or _is_context_process(node.func, aliases):
+                process = True
+            elif name and name.split(".")[-1] == "init_process_group":
+                init = True
+                env = env or _env_rendezvous(node)
+    if spawn or (process and init):   # ranks started by the script itself (spawn, or one Process per rank)
         return "spawn", flag
     if env or flag:
         return "torchrun", flag
     return "none", None
+
+
+def _is_context_process(func, aliases) -> bool:
+    """``multiprocessing.get_context("spawn").Process(...)``."""
+    return (isinstance(func, ast.Attribute) and func.attr == "Process" and isinstance(func.value, ast.Call)
+            and (_qualname(func.value.func, aliases) or "").endswith("multiprocessing.get_context"))
 
 
 def _qualname(node, aliases) -> str | None:

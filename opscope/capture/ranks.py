@@ -152,8 +152,9 @@ class _State:
     def __init__(self):
         self.session = None        # the launching process's own session
         self.config = None
-        self.spawns = 0
-        self.contexts: list = []
+        self.spawns = 0            # launches so far (only the first is captured)
+        self.launches: list[dict] = []   # per launch: rank -> multiprocessing process
+        self.process_launch: dict | None = None   # the open launch of Process(target=fn, args=(rank, ...))
 
 
 _state = _State()
@@ -175,6 +176,14 @@ def install_spawn(session, config: dict) -> None:
     for owner in (tmp, spawn_mod):
         owner.start_processes = start_processes
         owner.spawn = spawn
+    import multiprocessing.process as mp_process
+    orig_process_start = mp_process.BaseProcess.start
+
+    def process_start(this):
+        _wrap_rank_process(this)
+        return orig_process_start(this)
+
+    mp_process.BaseProcess.start = process_start
 
 
 def spawned() -> bool:
@@ -188,27 +197,35 @@ def _plan(nprocs: int) -> dict:
     return plan
 
 
-def _start(orig_start, fn, args, nprocs, join, daemon):
+def _new_launch(what: str, nprocs: int | None) -> dict:
+    """Start a launch: the first one takes over the run folder; returns the ranks' config."""
     config = _state.config
     first = _state.spawns == 0
     _state.spawns += 1
     out_dir = Path(config["out_dir"])
-    plan = _plan(nprocs)
-    captured = [r for r in plan["ranks"] if r < nprocs] if first else []
-    print(f"opscope: torch.multiprocessing.spawn starts {nprocs} rank process(es); "
+    ranks = _plan(nprocs or 0)["ranks"]
+    captured = [r for r in ranks if nprocs is None or r < nprocs] if first else []
+    count = f"{nprocs} rank process(es)" if nprocs else "rank processes"
+    print(f"opscope: {what} starts {count}; "
           + (f"capturing rank(s) {','.join(map(str, captured))}" if captured else
-             "running them uncaptured (only the first spawn is captured)"), file=sys.stderr, flush=True)
-    findings = []
-    if first:
-        findings = _detach(_state.session, out_dir)
-    target = _RankTarget(fn, {
-        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"), "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
+             "running them uncaptured (only the first launch is captured)"), file=sys.stderr, flush=True)
+    findings = _detach(_state.session, out_dir) if first else []
+    return {
+        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"),
         "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
+        "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
         "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
         "captured": captured, "findings": findings,
-    })
+    }
+
+
+def _start(orig_start, fn, args, nprocs, join, daemon):
+    first = _state.spawns == 0
+    out_dir = Path(_state.config["out_dir"])
+    target = _RankTarget(fn, _new_launch("torch.multiprocessing.spawn", nprocs))
     ctx = orig_start(target, args, nprocs, False, daemon, start_method="spawn")
-    _state.contexts.append(ctx)
+    _state.launches.append(dict(enumerate(ctx.processes)))
+    _state.process_launch = None
     if not join:
         return ctx
     rank0_done = None
@@ -224,6 +241,28 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
         if main.get("kind") == "steps-reached":
             raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
     return None
+
+
+def _wrap_rank_process(proc) -> None:
+    """``Process(target=fn, args=(rank, ...))`` of the script (spawn start method): run it as a rank."""
+    import multiprocessing
+    if _state.config is None or isinstance(proc._target, _RankTarget):
+        return
+    args = tuple(proc._args or ())
+    code = getattr(proc._target, "__code__", None)
+    if not args or type(args[0]) is not int or code is None or _state.session is None:
+        return
+    if _state.session.user_code.display(code.co_filename) is None:
+        return        # a library's worker (DataLoader, ...), not a rank of the script
+    method = proc._start_method or multiprocessing.get_start_method(allow_none=True) or "fork"
+    if method == "fork":
+        return        # a forked process inherits this one's capture; only spawn/forkserver are ranks
+    launch = _state.process_launch
+    if launch is None or args[0] in launch["procs"]:
+        launch = _state.process_launch = {"config": _new_launch("multiprocessing.Process", None), "procs": {}}
+        _state.launches.append(launch["procs"])
+    proc._target = _RankTarget(proc._target, launch["config"])
+    launch["procs"][args[0]] = proc
 
 
 def _detach(session, out_dir: Path) -> list:
@@ -324,20 +363,23 @@ def after_script(kind, code, message, where) -> tuple[str, object, str, str | No
     """Stop leftover ranks; return the run's (kind, code, message, where, rank-0 steps) after a spawn."""
     if not spawned():
         return kind, code, message, where, None
-    for ctx in _state.contexts:
-        for proc in ctx.processes:
-            if proc.is_alive():
+    for launch in _state.launches:
+        for proc in launch.values():
+            if proc.pid is not None and proc.is_alive():
                 proc.terminate()
-        for proc in ctx.processes:
+        for proc in launch.values():
+            if proc.pid is None:
+                continue
             proc.join(RANK_GRACE_SECONDS)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-    ctx = _state.contexts[0]
+    procs = _state.launches[0]
     out_dir = Path(_state.config["out_dir"])
-    captured = set(_plan(len(ctx.processes))["ranks"])
-    outcomes = {r: distributed.read_rank_outcome(out_dir, r, r in captured, p.exitcode)
-                for r, p in enumerate(ctx.processes)}
+    captured = set(_plan(len(procs))["ranks"])
+    outcomes = {r: distributed.read_rank_outcome(out_dir, r, r in captured, p.exitcode) for r, p in procs.items()}
+    if 0 not in outcomes:
+        return kind, code, message, where, None
     steps = outcomes[0].get("steps", 0)
     if kind == "timeout":
         return kind, code, message, where, steps
@@ -356,10 +398,10 @@ def analyse_ranks(config: dict, device: str, build) -> None:
     """Write scan.json/operators.csv of every captured rank other than 0 (its own outcome)."""
     if not spawned():
         return
-    ctx = _state.contexts[0]
+    procs = _state.launches[0]
     out_dir = Path(config["out_dir"])
-    captured = [r for r in _plan(len(ctx.processes))["ranks"] if 0 < r < len(ctx.processes)]
+    captured = [r for r in _plan(len(procs))["ranks"] if r in procs and r > 0]
     for rank in captured:
         folder = distributed.rank_dir(out_dir, rank, True)
-        data = distributed.read_rank_outcome(out_dir, rank, True, ctx.processes[rank].exitcode)
+        data = distributed.read_rank_outcome(out_dir, rank, True, procs[rank].exitcode)
         build(folder, data, dict(config.get("settings") or {}, rank=rank))
