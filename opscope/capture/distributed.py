@@ -308,6 +308,8 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             signal.signal(signal.SIGTERM, previous)
     for relay in relays:
         relay.join(timeout=5)
+    if progress is not None:
+        progress(_count_lines(capture_dir / "steps.jsonl"))
     for rank, proc in procs.items():
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
             outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)

@@ -248,6 +248,8 @@ def _wrap_rank_process(proc) -> None:
     import multiprocessing
     if _state.config is None or isinstance(proc._target, _RankTarget):
         return
+    if ((_state.config.get("distributed") or {}).get("launcher")) != "spawn":
+        return        # a helper process of a script that is not launched as ranks (see distributed.detect_launcher)
     args = tuple(proc._args or ())
     code = getattr(proc._target, "__code__", None)
     if not args or type(args[0]) is not int or code is None or _state.session is None:
