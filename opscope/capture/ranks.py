@@ -298,9 +298,8 @@ class _RankTarget:
         captured = rank in cfg["captured"]
         folder = distributed.rank_dir(Path(cfg["out_dir"]), rank, captured)
         (folder / "capture").mkdir(parents=True, exist_ok=True)
-        for stale in ("steps.jsonl", "outcome.json", "runtime.json"):
-            if rank or stale != "outcome.json":
-                (folder / "capture" / stale).unlink(missing_ok=True)
+        for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+            (folder / "capture" / stale).unlink(missing_ok=True)
         session = make_session(captured, folder, cfg["steps"], step_marker=cfg["step_marker"],
                                user_root=cfg["user_root"], remap=cfg["remap"], export_traces=cfg["export_traces"])
         if session.findings is not None and captured:
