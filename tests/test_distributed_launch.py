@@ -156,6 +156,9 @@ def test_one_process_per_rank_launch_of_the_distributed_tutorial(tmp_path):
     runtime = {(f["rule"], f["line"]) for f in data["findings"] if "runtime" in f["origin"]}
     assert {("nccl-backend", line_of(script, "dist.init_process_group(backend")),
             ("cuda-set-device", line_of(script, "torch.cuda.set_device(rank)")),
+            ("cuda-device", line_of(script, "nn.Linear(16, 5)).to(rank)")),      # an int device is cuda:N
+            ("cuda-device", line_of(script, "torch.randn(20, 10).to(rank)")),
+            ("cuda-device", line_of(script, "device=rank)")),
             ("cuda-device-count", line_of(script, "world_size = torch.cuda.device_count()"))} <= runtime
 
 

@@ -51,7 +51,7 @@ def _is_cuda(dev) -> bool:
         return dev.type == "cuda"
     if isinstance(dev, str):
         return dev.split(":")[0] == "cuda"
-    return False
+    return isinstance(dev, int) and not isinstance(dev, bool)   # .to(rank), device=local_rank: cuda:N
 
 
 class _FakeEvent:
@@ -271,6 +271,9 @@ class CudaRemapper:
             if any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device")):
                 if remapper._from_user():
                     rec("cuda-device", "Module.to('cuda')")
+                args = tuple(f"cuda:{a}" if _is_cuda(a) and isinstance(a, int) else a for a in args)
+                if isinstance(kwargs.get("device"), int):
+                    kwargs = dict(kwargs, device=f"cuda:{kwargs['device']}")
                 out = orig_to(this, *args, **kwargs)
                 mark(this)
                 return out

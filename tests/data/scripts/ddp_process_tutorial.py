@@ -10,12 +10,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def run(rank, size):
     torch.cuda.set_device(rank)
-    model = nn.Sequential(nn.Linear(10, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 5)).cuda(rank)
+    model = nn.Sequential(nn.Linear(10, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 5)).to(rank)
     model = DDP(model, device_ids=[rank])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(20):
-        x = torch.randn(20, 10).cuda(rank)
-        y = torch.randn(20, 5).cuda(rank)
+        x = torch.randn(20, 10).to(rank)
+        y = torch.randn(20, 5, device=rank)
         loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
