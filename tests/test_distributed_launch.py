@@ -139,7 +139,8 @@ def test_torchrun_style_script_gets_ranks_from_opscope_and_ranks_all_writes_a_fo
         assert data["settings"]["rank"] == rank
         assert data["settings"]["distributed"]["rank_dirs"] == {"0": ".", "1": "rank1"}
         assert all((folder / t).is_file() for t in data["traces"])
-        assert {("nccl-backend", line_of(script, 'init_process_group(backend="nccl")')),
+        assert {("nccl-backend", line_of(script, 'init_process_group(backend="nccl"')),
+                ("cuda-device", line_of(script, "device_id=device")),
                 ("cuda-set-device", line_of(script, "set_device(local_rank)")),
                 ("ddp-device-ids", line_of(script, "device_ids=[local_rank]"))} <= findings_at(data)
 

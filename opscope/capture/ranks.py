@@ -94,6 +94,9 @@ def _gloo(orig, rec, name: str, rendezvous: bool):
                 kwargs["backend"] = "gloo"
         if rendezvous:
             args, kwargs = _local_rendezvous(args, kwargs)
+            from opscope.capture.remap import _is_cuda
+            if _is_cuda(kwargs.get("device_id")):   # eager init on a CUDA device (torch >= 2.3)
+                rec("cuda-device", f"init_process_group(device_id={kwargs.pop('device_id')!r})")
         return orig(*args, **kwargs)
     return wrapper
 
