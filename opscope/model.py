@@ -32,6 +32,8 @@ def _clean(value: Any) -> Any:
 
 
 class _Record:
+    __slots__ = ()   # lets record types with many instances (OpCall) use slots
+
     def to_dict(self) -> dict:
         return _clean(self)
 
@@ -41,7 +43,7 @@ class _Record:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-@dataclass
+@dataclass(slots=True)   # a capture holds one per distinct call of every step: keep them small
 class OpCall(_Record):
     """One operator invocation as recorded by a profiler (or parsed from a trace).
 
@@ -70,6 +72,7 @@ class OpCall(_Record):
     start_us: float = 0.0
     children: list = field(default_factory=list)
     device: str = "host"   # "device": touched tensors the script put on its accelerator
+    count: int = 1         # identical calls of one step folded into this record (times summed)
 
     def signature(self) -> tuple:
         return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
@@ -89,6 +92,9 @@ class Step(_Record):
     op_calls: int = 0
     phase_time_us: dict = field(default_factory=dict)
     complete: bool = True
+    # what ran unprofiled to bound memory: {"after_calls": N, "where": "file:line"} when
+    # recording stopped after N torch calls; {"eval_forwards": M} sampling/eval forwards skipped
+    unrecorded: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -23,14 +23,15 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
                                "phases": Counter(), "sources": Counter(), "parents": Counter(),
                                "children": {}, "steps": set(), "on_device": False}
-        g["calls"] += 1
+        n = int(getattr(call, "count", 1) or 1)
+        g["calls"] += n
         g["self"] += call.self_time_us
         g["total"] += call.total_time_us
         g["device"] += call.device_time_us
-        g["phases"][call.phase] += 1
+        g["phases"][call.phase] += n
         if call.source:
-            g["sources"][call.source] += 1
-        g["parents"][call.parent] += 1
+            g["sources"][call.source] += n
+        g["parents"][call.parent] += n
         for child in call.children:
             g["children"].setdefault(child, None)
         g["steps"].add(call.step)

@@ -65,6 +65,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
                             f"{settings.get('steps')}")
     if host_note:
         result.notes.append(host_note)
+    result.notes.extend(unrecorded_notes(steps))
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
@@ -83,6 +84,32 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     _add_verdicts(result, target)
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def unrecorded_notes(steps) -> list[str]:
+    """Say which parts of which steps ran unprofiled (capture memory is bounded per step)."""
+    notes = []
+    capped = [s for s in steps if (s.unrecorded or {}).get("after_calls")]
+    if capped:
+        first = capped[0].unrecorded
+        where = f" (at {first['where']})" if first.get("where") else ""
+        why = first.get("reason") or "--max-step-calls"
+        notes.append(f"step(s) {', '.join(str(s.index) for s in capped)}: recording stopped after "
+                     f"{first['after_calls']:,} torch calls{where} ({why}); the rest of each such step "
+                     "ran unprofiled, so its operators are missing from this report")
+    closures = [s for s in steps if (s.unrecorded or {}).get("closure_forwards")]
+    if closures:
+        total = sum(int(s.unrecorded["closure_forwards"]) for s in closures)
+        notes.append(f"{total:,} repeated closure evaluation(s) inside optimizer.step(closure) in step(s) "
+                     f"{', '.join(str(s.index) for s in closures)} ran unprofiled after the first "
+                     "evaluations of each step (they repeat the recorded operators)")
+    skipped = [s for s in steps if (s.unrecorded or {}).get("eval_forwards")]
+    if skipped:
+        total = sum(int(s.unrecorded["eval_forwards"]) for s in skipped)
+        notes.append(f"{total:,} evaluation/sampling forward call(s) under no_grad/eval() in step(s) "
+                     f"{', '.join(str(s.index) for s in skipped)} ran unprofiled after the first few of each "
+                     "step (they repeat the recorded ones; labelled phase 'eval')")
+    return notes
 
 
 def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | None:

@@ -147,6 +147,36 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     return calls
 
 
+def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
+    """Fold identical calls of one step into one record with ``count`` and summed times.
+
+    A step that samples 500 tokens or evaluates an LBFGS closure 20 times repeats the same
+    few hundred signatures at the same lines: keeping one record per call made capture
+    memory grow with the length of the step.  Everything analysis reads (signature, line,
+    origin, phase, parent, children) is part of the key, so nothing it uses is lost.
+    """
+    folded: dict[tuple, OpCall] = {}
+    for c in calls:
+        key = (c.name, c.overload, _freeze(c.input_shapes), _freeze(c.dtypes), _freeze(c.scalars), c.phase,
+               c.parent, c.source, c.origin, c.origin_cause, c.device, c.thread, tuple(c.children),
+               _freeze(c.output_shapes))
+        kept = folded.get(key)
+        if kept is None:
+            folded[key] = c
+            continue
+        kept.count += c.count
+        kept.self_time_us += c.self_time_us
+        kept.total_time_us += c.total_time_us
+        kept.device_time_us += c.device_time_us
+    return list(folded.values())
+
+
+def _freeze(value):
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
 def _attach_device_time(device_events, by_corr: dict, launch_owner: dict) -> None:
     """Add kernel time to the op that launched it (runtime launch -> enclosing op)."""
     for k in device_events:

@@ -148,6 +148,10 @@ class SourceTracker(TorchFunctionMode):
         # the entry of an outermost torch call, never inside a record_function range.
         self.boundary_pending = False
         self.on_safe_point = None
+        # Bounded capture memory: the session stops recording a step after this many calls.
+        self.calls_in_step = 0
+        self.call_cap = 0
+        self.on_call_cap = None
 
     # -- helpers -----------------------------------------------------------------
     def _where(self) -> str | None:
@@ -195,6 +199,9 @@ class SourceTracker(TorchFunctionMode):
         fname = getattr(func, "__name__", "")
         if fname in _NO_OP_FUNCS or threading.get_ident() != self.owner_thread:
             return func(*args, **kwargs)
+        self.calls_in_step += 1
+        if self.calls_in_step == self.call_cap and self.on_call_cap is not None:
+            self.on_call_cap()
         where = self._where()
         # origin: the newest origin among tensor inputs
         best = None
