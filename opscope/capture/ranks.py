@@ -137,13 +137,18 @@ class UncapturedSession(CaptureSession):
         kwargs["export_traces"] = False
         super().__init__(out_dir, steps, **kwargs)
         self.keep_in_memory = False
+        self._unrecorded = {"after_calls": 0}   # "recording already paused": never toggle a profiler
 
     def _start_profiler(self) -> None:
         self.prof = _NoProfiler()
         self.step_started = time.perf_counter()
 
+    def _watch_memory(self) -> None:
+        pass                                     # nothing is recorded, so nothing to bound
+
     def _write_step(self, prof, duration_us: float, complete: bool) -> None:
-        pass
+        self.tracker.reset_step()                # per-step shape-origin state does not pile up
+        self.tracker.calls_in_step = 0
 
 
 def make_session(capture: bool, out_dir, steps, **kwargs):
