@@ -72,7 +72,7 @@ def test_migrate_cli_patch_applies_with_git_and_patch_and_still_parses(project, 
     # what remains after the patch is exactly what needs judgement
     left = {f.rule for f in scan_paths([project / "ddp_train.py"])}
     assert left == {"apex-import", "third-party-cuda", "cuda-extension", "apex-fused-layernorm", "cudnn-flags",
-                    "pin-memory", "drop-last", "apex-fused-optimizer", "apex-amp"}
+                    "pin-memory", "drop-last", "apex-fused-optimizer", "apex-amp", "ddp-device-ids"}
     report = (tmp_path / "out" / "opscope-migrate.md").read_text()
     assert "## Not changed" in report and "apex-amp" in report and "custom-op" in report and "cuda-source" in report
 

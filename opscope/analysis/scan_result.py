@@ -73,8 +73,17 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
-                        "training step); ranks started with torch.multiprocessing.spawn are not captured: "
-                        "scan one rank's code path in-process instead")
+                        "training step)")
+    dist = settings.get("distributed")
+    if dist:
+        dirs = dist.get("rank_dirs") or {}
+        gloo = ", gloo on the CPU in place of NCCL" if device == "cpu" else ""
+        result.notes.append(f"distributed run ({dist.get('launcher')} launch, world size {dist.get('world_size')}"
+                            f"{gloo}): this is rank {settings.get('rank', 0)}; "
+                            + ("captured ranks in the --out folder: " + ", ".join(
+                                f"rank {r} in {'./' if d == '.' else d + '/'}" for r, d in dirs.items())
+                               if len(dirs) > 1 else "the other ranks ran remapped but were not captured "
+                                                     "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
     _refuse_empty_measurement(result, outcome, settings)

@@ -13,6 +13,7 @@ import os
 import runpy
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -55,13 +56,16 @@ def _analyse(config, out_dir: Path, device, kind, code, message, where, session,
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
     try:
-        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where, steps=session.step_index)
+        from opscope.capture import ranks
+        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where,
+                               steps=session.step_index if session else 0)
+        in_memory = session is not None and not ranks.spawned()  # else: rank 0 captured into out_dir
         result = build_scan_result(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
                                    settings=config.get("settings", {}), outcome=outcome,
                                    started_at=config.get("started_at"),
                                    duration_s=time.time() - config.get("started_epoch", time.time()),
                                    static_paths=[] if config.get("static", True) else None,
-                                   target=config.get("target"), capture=session.snapshot())
+                                   target=config.get("target"), capture=session.snapshot() if in_memory else None)
         write_scan_json(result, out_dir / "scan.json")
         write_operators_csv(result, out_dir / "operators.csv")
         write_outcome(kind, code, message, where, analysed=True, device=device)
@@ -78,7 +82,7 @@ def main(config_path: str) -> int:
 
     def write_outcome(kind: str, code=None, message: str = "", where: str | None = None, **extra):
         data = {"kind": kind, "code": code, "message": message, "where": where,
-                "steps": session.step_index if session else 0, **extra}
+                "steps": session.step_index if session else 0, "ended": time.time(), **extra}
         tmp = outcome_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         tmp.replace(outcome_path)
@@ -101,12 +105,14 @@ def main(config_path: str) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script] + list(config.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    session = CaptureSession(out_dir, steps=config["steps"], step_marker=config.get("step_marker", "auto"),
-                             user_root=os.path.dirname(os.path.abspath(script)),
-                             remap=device == "cpu",
-                             export_traces=config.get("export_traces", True),
-                             keep_compile=bool(config.get("keep_compile", False)),
-                             **{k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
+    from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured
+    session = ranks.make_session(config.get("capture", True), out_dir, steps=config["steps"],
+                                 step_marker=config.get("step_marker", "auto"),
+                                 user_root=os.path.dirname(os.path.abspath(script)),
+                                 remap=device == "cpu",
+                                 export_traces=config.get("export_traces", True),
+                                 **ranks.capture_options(config))
+    ranks.install_spawn(session, config)
     ctx = _Context(session, device, out_dir)
     for spec in config.get("plugins", []):
         module_name, _, func_name = spec.partition(":")
@@ -141,11 +147,17 @@ def main(config_path: str) -> int:
         try:
             session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
         finally:
+            kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
+            if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
+                session.step_index = rank0_steps
             write_outcome(kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()
     if config.get("analyse", True):
         _analyse(config, out_dir, device, kind, code, message, where, session, write_outcome)
+        ranks.analyse_ranks(config, device, lambda folder, data, settings: _analyse(
+            dict(config, settings=settings), folder, device, data.get("kind"), data.get("code"), data.get("message", ""),
+            data.get("where"), None, lambda *a, **k: None))
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.

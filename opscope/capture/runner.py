@@ -67,13 +67,15 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,
-               static: bool = True, capture_options: dict | None = None) -> ChildOutcome:
+               static: bool = True, capture_options: dict | None = None,
+               distributed: dict | None = None) -> ChildOutcome:
     """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
 
     ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
     With ``analyse`` the child also writes scan.json (``outcome.extra["analysed"]``).
     ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
     script itself: those come back in the outcome; a bad ``device`` raises UserError.
+    ``distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
     """
     out_dir = Path(out_dir)
     capture_dir = out_dir / "capture"
@@ -86,7 +88,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         "step_marker": step_marker, "export_traces": export_traces, "analyse": analyse,
         "settings": settings or {"steps": steps}, "target": target, "static": static,
         **(capture_options or {}),
-        "started_epoch": time.time(),
+        "distributed": distributed, "started_epoch": time.time(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
     config_path = capture_dir / "config.json"
@@ -94,6 +96,11 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
+    if distributed:
+        from opscope.capture import distributed as dist_launch
+        child_env.update(dist_launch.launch_env(distributed, dist_launch.free_port()))
+        if distributed["launcher"] == "torchrun":
+            return dist_launch.run_ranks(config, child_env, timeout, progress)
     cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)

@@ -27,6 +27,14 @@ def register(sub) -> None:
     p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
                    help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
                         "loss.backward(), or a top-level module forward call (inference loops)")
+    p.add_argument("--launcher", default="auto", choices=["auto", "spawn", "torchrun", "none"],
+                   help="how the script is launched: torch.multiprocessing.spawn inside the script, torchrun-style "
+                        "(opscope starts --world-size ranks with RANK/WORLD_SIZE/MASTER_PORT), or one process; "
+                        "auto (default) reads the script")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="ranks of a distributed script (default 2); also what torch.cuda.device_count() returns")
+    p.add_argument("--ranks", default="0",
+                   help="ranks to capture: 0 (default; into --out), all, or a list such as 0,1 (rank N into OUT/rankN)")
     p.add_argument("--target", default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
     p.add_argument("--fail-under", type=float, default=None, help="exit 5 if the readiness score is below this")
     p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
@@ -89,8 +97,17 @@ def run(args: argparse.Namespace) -> int:
     from opscope.capture.runner import run_script
     if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
         raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
+    from opscope.capture import distributed as dist_launch
+    plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
+    if plan:
+        settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
+                                   "ranks": plan["ranks"],
+                                   "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan["ranks"]}}
+        settings["rank"] = 0
+        if not args.quiet:
+            console.print(f"opscope: {dist_launch.describe(plan)}")
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
@@ -107,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                              progress=progress, analyse=True, settings=settings, target=args.target,
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
-                                              "max_capture_mb": args.max_capture_mb})
+                                              "max_capture_mb": args.max_capture_mb},
+                             distributed=plan)
     finally:
         status.stop()
     result = None
