@@ -6,6 +6,7 @@ older or partial scan (no verdicts yet, no summary) still renders, with "n/a".
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from opscope.model import VERDICTS, Operator, ScanResult
@@ -65,8 +66,17 @@ def fmt_dtypes(dtypes) -> str:
     return ", ".join(str(d) if d not in (None, "") else "None" for d in (dtypes or []))
 
 
+def _plain(value) -> str:
+    """A nested evidence value as readable text: no Python dict or list reprs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items() if v not in (None, "", [], {}))
+    if isinstance(value, (list, tuple)):
+        return "; ".join(_plain(v) for v in value)
+    return str(value)
+
+
 def fmt_evidence(evidence) -> str:
-    """One line saying why a verdict was given (list, version, rule, decomposition path)."""
+    """Every detail of why a verdict was given (list, version, rule, path, ...), as readable text."""
     if not evidence:
         return ""
     if not isinstance(evidence, dict):
@@ -80,8 +90,63 @@ def fmt_evidence(evidence) -> str:
     path = evidence.get("path")
     if path:
         parts.append(" -> ".join(str(p) for p in path) if isinstance(path, (list, tuple)) else str(path))
-    extra = [f"{k}: {v}" for k, v in evidence.items() if k not in ("list", "version", "rule", "path") and v]
+    extra = [f"{k.replace('_', ' ')}: {_plain(v)}" for k, v in evidence.items()
+             if k not in ("list", "version", "rule", "path") and v]
     return "; ".join(parts + extra)
+
+
+def dtype_warning_texts(evidence) -> list[str]:
+    """The dtype warnings (upstream numeric mismatches) of an operator's evidence."""
+    warnings = (evidence or {}).get("dtype_warnings") if isinstance(evidence, dict) else None
+    return [str(w) for w in warnings or []]
+
+
+def _short_dtype_warning(text: str) -> str:
+    """'float32: upstream test_compare_cpu fails for mm ... (numeric mismatch); ...' -> 'float32 numeric mismatch'."""
+    dtype = text.split(":", 1)[0].strip()
+    meaning = re.search(r"\(([^()]*\(([^()]+)\))", text)
+    what = meaning.group(2) if meaning else "upstream test fails"
+    return f"{dtype} {what}"
+
+
+def fmt_evidence_short(evidence, verdict: str | None = None) -> str:
+    """One short sentence saying why a verdict was given; ``fmt_evidence`` has the details."""
+    if not evidence:
+        return ""
+    if not isinstance(evidence, dict):
+        return str(evidence)
+    rule = str(evidence.get("rule") or "")
+    where = f"torch_npu {evidence['version']}" if evidence.get("version") else ""
+    path = evidence.get("path")
+    path_text = " -> ".join(str(p) for p in path) if isinstance(path, (list, tuple)) and len(path) > 1 else ""
+    if rule == "registered":
+        text = f"registered in {where}" if where else "registered for the NPU"
+    elif rule == "host-tensors":
+        text = "host-only set-up or data-loading work: stays on the CPU, needs no NPU kernel"
+    elif rule == "backend-private":
+        text = f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
+               " replaces it on the NPU"
+    elif rule == "inside-parent-kernel":
+        text = f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
+    elif rule == "no-npu-kernel":
+        text = f"no NPU kernel in {where}: runs on the CPU" if where else "no NPU kernel: runs on the CPU"
+    elif verdict in ("cpu-fallback", "unsupported") and path_text:
+        text = f"decomposes ({path_text}) into a part with no NPU kernel: " + (
+            "runs on the CPU" if verdict == "cpu-fallback" else "cannot run on the NPU")
+    elif path_text:
+        text = f"decomposes ({rule}): {path_text}" if rule else f"decomposes: {path_text}"
+    elif rule.startswith("Composite"):
+        text = f"implemented with other operators ({rule})"
+    elif rule:
+        text = f"{rule}" + (f" ({where})" if where else "")
+    else:
+        text = fmt_evidence(evidence)
+    if evidence.get("first_supported_in"):
+        text += f"; supported from {evidence['first_supported_in']}"
+    warnings = dtype_warning_texts(evidence)
+    if warnings:
+        text += "; warning: " + ", ".join(dict.fromkeys(_short_dtype_warning(w) for w in warnings)) + " upstream"
+    return text
 
 
 def fmt_substitute(substitute) -> str:
@@ -128,10 +193,12 @@ class OperatorRow:
     evidence: str
     substitute: str
     dynamic: bool
+    evidence_detail: str = ""
+    steady_time_us: float = 0.0
 
 
 def operator_rows(result: ScanResult) -> list[OperatorRow]:
-    """Operator rows, most expensive first."""
+    """Operator rows, most expensive first; not-applicable (set-up, host-only) ones after all the others."""
     total = total_time_us(result) or 0.0
     rows = []
     for op in result.operators:
@@ -140,9 +207,10 @@ def operator_rows(result: ScanResult) -> list[OperatorRow]:
             name=op.qualified_name, verdict=verdict_of(op), calls=int(op.calls or 0),
             shapes=fmt_shapes(op.input_shapes), dtypes=fmt_dtypes(op.dtypes), time_us=t,
             share=(t / total) if total else 0.0, phase=op.phase or "",
-            source=op.source or "", evidence=fmt_evidence(op.evidence),
-            substitute=fmt_substitute(op.substitute), dynamic=bool(op.dynamic)))
-    rows.sort(key=lambda r: (-r.time_us, r.name))
+            source=op.source or "", evidence=fmt_evidence_short(op.evidence, op.verdict),
+            substitute=fmt_substitute(op.substitute), dynamic=bool(op.dynamic),
+            evidence_detail=fmt_evidence(op.evidence), steady_time_us=float(op.steady_time_us or 0.0)))
+    rows.sort(key=lambda r: (r.verdict == "not-applicable", -r.time_us, r.name))
     return rows
 
 
@@ -195,20 +263,33 @@ def readiness_score(result: ScanResult):
 @dataclass
 class Fix:
     """One thing to fix before porting, with the share of time it affects."""
-    kind: str           # "operator" | "dynamic shape" | "CUDA API"
+    kind: str           # "operator" | "dynamic shape" | "CUDA API" | "dtype"
     what: str
     where: str
     share: float | None
     fix: str
     severity: str = "warning"
     ops: list = field(default_factory=list)
+    link: str = ""      # anchor of the details in the HTML report ("#findings", "#operators", ...)
+    detail: str = ""    # why the fix works (a substitute's rationale), shown on demand
 
 
-def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
-    """Blocking operators, dynamic-shape root causes and CUDA-only APIs, biggest impact first.
+# The order of the "what to change" list: what stops or slows the port outright first.
+FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2, "dtype": 3}
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
-    Impact is the share of measured time affected; errors that stop the port outright
-    (unsupported operators, error-level findings) come before slow paths of equal share.
+
+def _fix_tier(fix: Fix) -> int:
+    tier = FIX_TIERS.get(fix.kind, 4)
+    if fix.kind == "CUDA API" and fix.severity != "error":
+        tier = 4  # warning/info findings after the dtype warnings
+    return tier
+
+
+def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
+    """The ranked "what to change" list: blocking operators (with substitute and line), dynamic-shape
+    root causes (with the fix), error-level CUDA findings, dtype (numeric mismatch) warnings, then the
+    remaining findings.  Within a kind the biggest share of measured time comes first, then severity.
     """
     total = total_time_us(result)
     fixes: list[Fix] = []
@@ -218,12 +299,15 @@ def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
         verdict = verdict_of(op)
         if verdict not in BLOCKING or not op.verdict:  # no verdict computed is not a finding
             continue
-        entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": ""})
+        entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": "", "why": ""})
         entry["time"] += op_time_us(op)
         entry["verdicts"].add(verdict)
         if op.source and op.source not in entry["sources"]:
             entry["sources"].append(op.source)
-        entry["sub"] = entry["sub"] or fmt_substitute(op.substitute)
+        if not entry["sub"] and op.substitute:
+            sub = op.substitute if isinstance(op.substitute, dict) else {"replacement": str(op.substitute)}
+            entry["sub"] = str(sub.get("replacement") or sub.get("rationale") or "")
+            entry["why"] = str(sub.get("rationale") or "") if sub.get("replacement") else ""
     for name, entry in by_name.items():
         worst = next(v for v in ("unsupported", "cpu-fallback", "unknown") if v in entry["verdicts"])
         fixes.append(Fix(
@@ -231,7 +315,8 @@ def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
             share=entry["time"] / total if total else None,
             fix=entry["sub"] or ("check support or replace the call" if worst != "cpu-fallback"
                                  else "runs on the host CPU: replace or move off the hot path"),
-            severity="error" if worst == "unsupported" else "warning", ops=[name]))
+            severity="error" if worst == "unsupported" else "warning", ops=[name], link="#operators",
+            detail=entry["why"]))
 
     op_time_by_name: dict[str, float] = {}
     for op in result.operators:
@@ -241,17 +326,51 @@ def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
         fixes.append(Fix(
             kind="dynamic shape", what=f"{rc.kind or rc.cause}: {len(rc.ops or [])} ops get changing shapes",
             where=rc.source or "", share=affected / total if total else None,
-            fix=rc.suggestion or "make the shape fixed (pad, drop_last=True)", ops=list(rc.ops or [])))
+            fix=rc.suggestion or "make the shape fixed (pad, drop_last=True)", ops=list(rc.ops or []),
+            link="#dynamic"))
 
-    for finding in result.findings:
+    for i, finding in enumerate(result.findings):
         where = f"{finding.file}:{finding.line}" if finding.file else ""
         fixes.append(Fix(
             kind="CUDA API", what=finding.api, where=where, share=None,
-            fix=finding.replacement or finding.message, severity=finding.severity or "warning"))
+            fix=finding.replacement or finding.message, severity=finding.severity or "warning",
+            link=f"#finding-{i + 1}"))
 
-    severity_rank = {"error": 0, "warning": 1, "info": 2}
-    fixes.sort(key=lambda f: (-(f.share or 0.0), severity_rank.get(f.severity, 1), f.kind, f.what))
-    return fixes[:limit]
+    by_warning: dict[str, dict] = {}  # one fix per dtype problem, listing the operators it touches
+    for op in result.operators:
+        if verdict_of(op) not in ("native", "composite"):
+            continue
+        for text in dtype_warning_texts(op.evidence):
+            entry = by_warning.setdefault(_short_dtype_warning(text), {"ops": [], "time": 0.0, "sources": []})
+            if op.name not in entry["ops"]:
+                entry["ops"].append(op.name)
+            entry["time"] += op_time_us(op)
+            if op.source and op.source not in entry["sources"]:
+                entry["sources"].append(op.source)
+    for short, entry in by_warning.items():
+        names = [n.rpartition("::")[2] for n in entry["ops"]]
+        shown = ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
+        fixes.append(Fix(
+            kind="dtype", what=f"{short} upstream: {shown}", where=", ".join(entry["sources"][:3]),
+            share=entry["time"] / total if total else None,
+            fix="results may differ from the CPU: check with `opscope verify RUN_DIR --device npu` and compare "
+                "losses with `opscope verify --e2e`", ops=list(entry["ops"]), link="#operators"))
+
+    fixes.sort(key=lambda f: (_fix_tier(f), -(f.share or 0.0), _SEVERITY_RANK.get(f.severity, 1), f.where, f.what))
+    return fixes if limit is None else fixes[:limit]
+
+
+def score_colour(score, result: ScanResult) -> str:
+    """'good' / 'mid' / 'bad' for the score card: never 'good' while an error finding or a blocking
+    operator remains, whatever the number says."""
+    if score is None:
+        return ""
+    level = "good" if score >= 80 else "mid" if score >= 50 else "bad"
+    blocking = any(verdict_of(op) in BLOCKING and op.verdict for op in result.operators)
+    errors = any((f.severity or "") == "error" for f in result.findings)
+    if level == "good" and (blocking or errors):
+        level = "mid"
+    return level
 
 
 def scan_metadata(result: ScanResult) -> list[tuple[str, str]]:
