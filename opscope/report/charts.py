@@ -2,8 +2,12 @@
 
 The HTML report must open from disk with no network, so every chart is embedded as
 base64 SVG inside an ``<img>`` (an image-SVG can never run script, whatever an
-operator name contains).  matplotlib is imported lazily and forced onto Agg so this
-works on headless CI machines.
+operator name contains).  matplotlib is imported lazily and used through
+``matplotlib.figure.Figure`` with its own SVG canvas: pyplot and the global backend are
+never touched, so a notebook keeps its backend (and its open figures) after a report.
+
+Only charts that add something to the tables are drawn: verdict time per phase (the
+verdict table has no phase split) and the sizes of dynamic dimensions step by step.
 """
 from __future__ import annotations
 
@@ -11,23 +15,22 @@ import base64
 import io
 
 from opscope.model import VERDICTS, ScanResult
-from opscope.report.view import VERDICT_COLOURS, op_time_us, verdict_of, verdict_time_share
+from opscope.report.view import VERDICT_COLOURS, op_time_us, verdict_of
 
 MAX_LABEL = 48
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    return plt
+def _figure(width: float, height: float):
+    """A stand-alone figure: no pyplot, no backend switch, nothing registered globally."""
+    from matplotlib.figure import Figure
+    return Figure(figsize=(width, height))
 
 
 def _to_data_uri(fig) -> str:
-    plt = _pyplot()
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    FigureCanvasSVG(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -35,43 +38,37 @@ def _short(label: str) -> str:
     return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
 
 
-def time_by_verdict(result: ScanResult) -> str | None:
-    """Horizontal bar: share of operator time per verdict. None when nothing was timed."""
-    shares = verdict_time_share(result)
-    items = [(v, shares[v]) for v in VERDICTS if shares.get(v)]
-    if not items:
+PHASES = ("forward", "backward", "optimizer", "other")
+
+
+def time_by_phase(result: ScanResult) -> str | None:
+    """Stacked horizontal bars: per phase (forward, backward, optimizer, other), the share of
+    operator time by verdict.  None when nothing was timed."""
+    total = sum(op_time_us(op) for op in result.operators)
+    if not total:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 0.45 * len(items) + 0.8))
-    names = [v for v, _ in items][::-1]
-    values = [s * 100 for _, s in items][::-1]
-    ax.barh(names, values, color=[VERDICT_COLOURS[v] for v in names])
-    for y, value in enumerate(values):
+    table: dict[str, dict[str, float]] = {}
+    for op in result.operators:
+        t = op_time_us(op)
+        if t > 0:
+            phase = op.phase if op.phase in PHASES else "other"
+            row = table.setdefault(phase, {})
+            row[verdict_of(op)] = row.get(verdict_of(op), 0.0) + t / total * 100
+    phases = [p for p in PHASES if p in table][::-1]
+    fig = _figure(7, 0.5 * len(phases) + 1.1)
+    ax = fig.add_subplot()
+    left = [0.0] * len(phases)
+    for verdict in VERDICTS:
+        values = [table[p].get(verdict, 0.0) for p in phases]
+        if any(values):
+            ax.barh(phases, values, left=left, color=VERDICT_COLOURS[verdict], label=verdict)
+            left = [a + b for a, b in zip(left, values)]
+    for y, value in enumerate(left):
         ax.text(value, y, f" {value:.1f}%", va="center", fontsize=8)
     ax.set_xlabel("% of operator time")
-    ax.set_xlim(0, max(values) * 1.2 + 1)
-    ax.set_title("Time by verdict")
-    ax.spines[["top", "right"]].set_visible(False)
-    return _to_data_uri(fig)
-
-
-def top_operators(result: ScanResult, limit: int = 15) -> str | None:
-    """Horizontal bar: the operators (by name) that cost the most time, coloured by verdict."""
-    by_name: dict[str, list] = {}
-    for op in result.operators:
-        entry = by_name.setdefault(op.name, [0.0, verdict_of(op)])
-        entry[0] += op_time_us(op)
-    items = sorted(((n, t, v) for n, (t, v) in by_name.items() if t > 0), key=lambda x: -x[1])[:limit]
-    if not items:
-        return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 0.32 * len(items) + 0.9))
-    items = items[::-1]
-    ax.barh([_short(n) for n, _, _ in items], [t / 1000 for _, t, _ in items],
-            color=[VERDICT_COLOURS.get(v, "#999") for _, _, v in items])
-    ax.set_xlabel("time (ms, all captured steps)")
-    ax.set_title(f"Top {len(items)} operators by time")
-    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlim(0, max(left) * 1.15 + 1)
+    ax.set_title("Operator time by phase and verdict")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _to_data_uri(fig)
 
@@ -126,9 +123,9 @@ def dynamic_shapes_per_step(result: ScanResult, limit: int = 8) -> str | None:
             break
     if not series:
         return None
-    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig = _figure(7, 3.2)
+    ax = fig.add_subplot()
     width = 0.6 / max(1, len(series))  # side by side within a step, like grouped bars
     for i, (label, points) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width
@@ -142,8 +139,7 @@ def dynamic_shapes_per_step(result: ScanResult, limit: int = 8) -> str | None:
     return _to_data_uri(fig)
 
 
-CHARTS = {"time_by_verdict": time_by_verdict, "top_operators": top_operators,
-          "dynamic_shapes": dynamic_shapes_per_step}
+CHARTS = {"time_by_phase": time_by_phase, "dynamic_shapes": dynamic_shapes_per_step}
 
 
 def all_charts(result: ScanResult) -> dict[str, str | None]:

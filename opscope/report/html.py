@@ -60,13 +60,18 @@ def _ops_payload(rows: list[view.OperatorRow]) -> dict:
     data = [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, round(r.time_us / 1000, 4),
              round(r.share, 6), r.phase, r.source, r.evidence, r.substitute] for r in rows]
     columns = [{k: c.get(k) for k in ("key", "numeric", "cls", "search") if c.get(k)} for c in COLUMNS]
-    return {"columns": columns, "rows": data}
+    # the evidence cell shows one sentence; its full text is opened on demand
+    details = [r.evidence_detail if r.evidence_detail != r.evidence else "" for r in rows]
+    return {"columns": columns, "rows": data, "details": details}
 
 
-def _score_class(score) -> str:
+def _score_class(score, result: ScanResult | None = None) -> str:
+    """Never green while an error finding or a blocking operator remains."""
     if score is None:
         return ""
-    return "score-good" if score >= 80 else "score-mid" if score >= 50 else "score-bad"
+    if result is None:
+        return "score-good" if score >= 80 else "score-mid" if score >= 50 else "score-bad"
+    return "score-" + view.score_colour(score, result)
 
 
 def _verification_context(verification: dict | None) -> dict | None:
@@ -97,9 +102,10 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     score = view.readiness_score(result)
     if charts is None:
         charts = chart_module.all_charts(result)
-    chart_titles = {"time_by_verdict": "Time by verdict", "top_operators": "Top operators by time",
+    chart_titles = {"time_by_phase": "Operator time by phase and verdict",
                     "dynamic_shapes": "Shapes per step of dynamic operators"}
     fixes = view.top_fixes(result)
+    na_count = counts.get("not-applicable", 0)
     return {
         "script_name": Path(result.script).name if result.script else "unknown script",
         "tool_version": result.tool_version or "",
@@ -107,7 +113,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "verdicts_computed": view.verdicts_computed(result) or not result.operators,
         "incomplete_reason": result.incomplete_reason or (result.exit or {}).get("kind") or view.NA,
         "score_text": f"{score:.0f}" if score is not None else view.NA,
-        "score_class": _score_class(score),
+        "score_class": _score_class(score, result),
+        "verdict_line": view.verdict_line(result),
+        "na_count": na_count,
         "operator_count": len(result.operators),
         "blocking_count": sum(counts.get(v, 0) for v in view.BLOCKING),
         "dynamic_count": len(result.dynamic_shapes),
@@ -118,8 +126,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "metadata": view.scan_metadata(result),
         "notes": [str(n) for n in result.notes or []],
         "fixes": [{"kind": f.kind, "what": f.what, "where": f.where, "fix": f.fix, "severity": f.severity,
+                   "link": f.link, "detail": f.detail, "filter": f.ops[0] if len(f.ops) == 1 else "",
                    "share_text": view.fmt_percent(f.share) if f.share is not None else "—"} for f in fixes],
-        "charts": [(chart_titles[k], uri) for k, uri in charts.items() if uri],
+        "charts": [(chart_titles.get(k, k), uri) for k, uri in charts.items() if uri],
         "columns": COLUMNS,
         "ops_json": script_safe_json(_ops_payload(rows)),
         "root_causes": [{"source": rc.source or view.NA, "cause": rc.kind or rc.cause, "dims": view.fmt_dims(rc.varying_dims),

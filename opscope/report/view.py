@@ -175,7 +175,11 @@ def fmt_dims(varying_dims) -> str:
 
 
 def fmt_percent(share) -> str:
-    return NA if share is None else f"{share * 100:.1f}%"
+    if share is None:
+        return NA
+    if 0 < share < 0.0005:  # a real but tiny share must not read as nothing
+        return "<0.1%"
+    return f"{share * 100:.1f}%"
 
 
 @dataclass
@@ -371,6 +375,40 @@ def score_colour(score, result: ScanResult) -> str:
     if level == "good" and (blocking or errors):
         level = "mid"
     return level
+
+
+def verdict_line(result: ScanResult) -> str:
+    """One sentence: what stands between this script and a clean run on the chosen torch_npu."""
+    target = (result.target or {}).get("version")
+    head = f"On torch_npu {target}" if target else "On the NPU"
+    if not verdicts_computed(result):
+        return f"{head}: support verdicts were not computed for this scan."
+    names: dict[str, set] = {v: set() for v in BLOCKING}
+    for op in result.operators:
+        if op.verdict in BLOCKING:
+            names[op.verdict].add(op.name)
+    parts = []
+    for verdict, label in (("unsupported", "cannot run"), ("cpu-fallback", "fall back to the CPU"),
+                           ("unknown", "are not covered by the support list")):
+        if names[verdict]:
+            n = len(names[verdict])
+            parts.append(f"{n} operator{'s' if n != 1 else ''} {label if n != 1 else _singular(label)}")
+    errors = sum(1 for f in result.findings if f.severity == "error")
+    if errors:
+        parts.append(f"{errors} CUDA-only call{'s' if errors != 1 else ''} must change")
+    if result.root_causes:
+        n = len(result.root_causes)
+        parts.append(f"{n} line{'s' if n != 1 else ''} cause{'' if n != 1 else 's'} dynamic shapes")
+    if not parts:
+        return f"{head}: every operator seen runs on the NPU and no CUDA-only call must change."
+    share = (result.summary or {}).get("blocking_time_share")
+    tail = f" ({fmt_percent(share)} of operator time not native)" if isinstance(share, (int, float)) and share else ""
+    return f"{head}: " + ", ".join(parts) + tail + "."
+
+
+def _singular(label: str) -> str:
+    return {"fall back to the CPU": "falls back to the CPU",
+            "are not covered by the support list": "is not covered by the support list"}.get(label, label)
 
 
 def scan_metadata(result: ScanResult) -> list[tuple[str, str]]:

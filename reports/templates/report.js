@@ -12,7 +12,8 @@
   var col = {};
   columns.forEach(function (c, i) { col[c.key] = i; });
 
-  var state = { text: "", verdict: "", sortKey: null, sortDir: 1, page: 0, pageSize: 100 };
+  var details = payload.details || [];
+  var state = { text: "", verdict: "", showNa: false, sortKey: null, sortDir: 1, page: 0, pageSize: 25 };
   var body = table.tBodies[0];
   var textInput = document.getElementById("op-filter");
   var verdictSelect = document.getElementById("op-verdict");
@@ -20,6 +21,7 @@
   var counter = document.getElementById("op-count");
   var prev = document.getElementById("op-prev");
   var next = document.getElementById("op-next");
+  var showNa = document.getElementById("op-show-na");
   var blocking = { "cpu-fallback": 1, "unsupported": 1, "unknown": 1 };
 
   var searchable = rows.map(function (r) {
@@ -29,6 +31,8 @@
   function matches(index) {
     var r = rows[index];
     var v = r[col.verdict];
+    // not-applicable rows (host-only set-up, backend-private kernels) only when asked for
+    if (v === "not-applicable" && !state.showNa && state.verdict !== "not-applicable") { return false; }
     if (state.verdict === "blocking") { if (!blocking[v]) { return false; } }
     else if (state.verdict && v !== state.verdict) { return false; }
     return !state.text || searchable[index].indexOf(state.text) !== -1;
@@ -48,9 +52,19 @@
     return out;
   }
 
-  function cell(tr, column, value) {
+  function cell(tr, column, value, index) {
     var td = document.createElement("td");
-    if (column.key === "verdict") {
+    if (column.key === "evidence" && details[index]) {
+      var more = document.createElement("details");
+      var summary = document.createElement("summary");
+      summary.textContent = value;
+      var full = document.createElement("div");
+      full.className = "muted";
+      full.textContent = details[index];
+      more.appendChild(summary);
+      more.appendChild(full);
+      td.appendChild(more);
+    } else if (column.key === "verdict") {
       var badge = document.createElement("span");
       badge.className = "badge v-" + value;
       badge.textContent = value;
@@ -77,7 +91,7 @@
     slice.forEach(function (i) {
       var tr = document.createElement("tr");
       tr.dataset.verdict = rows[i][col.verdict];
-      columns.forEach(function (c, k) { cell(tr, c, rows[i][k]); });
+      columns.forEach(function (c, k) { cell(tr, c, rows[i][k], i); });
       fragment.appendChild(tr);
     });
     body.replaceChildren(fragment);
@@ -96,6 +110,7 @@
 
   textInput.addEventListener("input", function () { state.text = textInput.value.trim().toLowerCase(); state.page = 0; render(); });
   verdictSelect.addEventListener("change", function () { state.verdict = verdictSelect.value; state.page = 0; render(); });
+  if (showNa) { showNa.addEventListener("change", function () { state.showNa = showNa.checked; state.page = 0; render(); }); }
   pageSizeSelect.addEventListener("change", function () { state.pageSize = parseInt(pageSizeSelect.value, 10); state.page = 0; render(); });
   prev.addEventListener("click", function () { state.page -= 1; render(); });
   next.addEventListener("click", function () { state.page += 1; render(); });
@@ -115,5 +130,14 @@
       table.scrollIntoView();
     });
   });
+  document.querySelectorAll("[data-filter-text]").forEach(function (link) {  // a fix opens its operator rows
+    link.addEventListener("click", function (event) {
+      event.preventDefault();
+      textInput.value = link.dataset.filterText;
+      textInput.dispatchEvent(new Event("input"));
+      table.scrollIntoView();
+    });
+  });
+  state.pageSize = parseInt(pageSizeSelect.value, 10) || state.pageSize;
   render();
 })();
