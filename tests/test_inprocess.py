@@ -37,3 +37,16 @@ def test_capture_context_manager_writes_scan(tmp_path):
     gelu = [op for op in scan["operators"] if op["name"] == "aten::gelu"]
     assert gelu and gelu[0]["source"].startswith("train_inline.py:")
     assert (out / "operators.csv").exists() and len(scan["traces"]) == 3
+
+
+def test_capture_in_a_notebook_keeps_its_matplotlib_backend(tmp_path):
+    """A notebook set to another backend stays on it: the report charts never call matplotlib.use."""
+    script = tmp_path / "train_backend.py"
+    out = tmp_path / "run"
+    script.write_text("import matplotlib\nmatplotlib.use('pdf')\n"
+                      + f"OUT = {str(out)!r}\n" + SCRIPT.replace("formats=()", "formats=('html',)")
+                      + "import sys\nprint('backend', matplotlib.get_backend(), 'pyplot' in str(list(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "backend pdf False" in proc.stdout  # unchanged, and pyplot never imported
+    assert "<img" in (out / "report.html").read_text()  # the charts were drawn all the same

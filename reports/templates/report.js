@@ -97,7 +97,8 @@
     body.replaceChildren(fragment);
     counter.textContent = indexes.length
       ? "Rows " + (start + 1) + "\u2013" + (start + slice.length) + " of " + indexes.length +
-        (indexes.length !== rows.length ? " (filtered from " + rows.length + ")" : "") +
+        (indexes.length !== rows.length ? " (filtered from " + rows.length +
+          (state.showNa || state.verdict === "not-applicable" ? "" : "; not-applicable hidden") + ")" : "") +
         " \u00b7 page " + (state.page + 1) + " of " + pages
       : "No operator matches the filter (" + rows.length + " in total).";
     prev.disabled = state.page === 0;
