@@ -8,10 +8,11 @@ import subprocess
 import openpyxl
 import pytest
 
+from opscope.report import view
 from opscope.report.xlsx import write_xlsx
 from test_report_fixtures import EVIL, realistic_scan
 
-SHEETS = ["Summary", "Operators", "Not supported", "Dynamic shapes", "Findings", "Substitutes"]
+SHEETS = ["Fixes", "Summary", "Operators", "Not supported", "Dynamic shapes", "Findings", "Substitutes"]
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,15 @@ def test_libreoffice_converts_the_workbook(workbook_path, tmp_path):
     cells = {c for r in rows for c in r}
     # the formula-looking text survived as text: LibreOffice did not evaluate it
     assert "@SUM(A1:A3)" in cells and "=1+1" in cells and EVIL in cells
+
+
+def test_fixes_sheet_comes_first_in_the_html_order(wb):
+    ws = wb.worksheets[0]
+    assert ws.title == "Fixes"
+    rows = list(ws.iter_rows(min_row=2, values_only=True))
+    expected = view.top_fixes(realistic_scan(evil=True), limit=None)
+    assert [r[3] for r in rows] == [f.what for f in expected]  # same order as the HTML list
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    shares = [r[5] for r in rows if r[5] is not None]
+    assert shares and all(isinstance(s, float) for s in shares)  # numbers stay numbers
+    assert all(not str(r[6]).startswith("{") for r in rows)

@@ -66,12 +66,21 @@ def _sheet(wb, title: str, headers: list[str], rows, formats: dict | None = None
 
 
 OPERATOR_HEADERS = ["operator", "verdict", "calls", "input shapes", "dtypes", "time ms", "time share",
-                    "phase", "source", "dynamic", "evidence", "substitute"]
+                    "phase", "source", "dynamic", "evidence", "substitute", "evidence details"]
 
 
 def _operator_table(rows: list[view.OperatorRow]):
     return [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, r.time_us / 1000, r.share, r.phase,
-             r.source, r.dynamic, r.evidence, r.substitute] for r in rows]
+             r.source, r.dynamic, r.evidence, r.substitute, r.evidence_detail] for r in rows]
+
+
+FIX_HEADERS = ["#", "kind", "severity", "what", "where", "time share", "change", "why", "operators"]
+
+
+def _fix_table(result: ScanResult):
+    """The ranked "what to change" list, in the order of the HTML report (all of it, not only the top)."""
+    return [[i, f.kind, f.severity, f.what, f.where, f.share, f.fix, f.detail, ", ".join(f.ops)]
+            for i, f in enumerate(view.top_fixes(result, limit=None), start=1)]
 
 
 VERIFICATION_HEADERS = ["operator", "overload", "input shapes", "dtypes", "outcome", "cosine", "max abs err",
@@ -128,6 +137,10 @@ def build_workbook(result: ScanResult):
 
     wb = Workbook()
     wb.remove(wb.active)
+    fixes_ws = _sheet(wb, "Fixes", FIX_HEADERS, _fix_table(result), formats={5: PERCENT},
+                      verdict_col=2, fills={"error": "FFCDD2", "warning": "FFE0B2", "info": "BBDEFB"})
+    for column in ("D", "G"):
+        fixes_ws.column_dimensions[column].width = MAX_WIDTH
     rows = view.operator_rows(result)
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
