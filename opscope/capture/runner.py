@@ -153,7 +153,9 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
 
 
 _PROFILER_CHATTER = re.compile(rb"^(?:(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]"
-                               rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling)")
+                               rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling"
+                               # Kineto on a CUDA build of torch without a GPU: noise, not the script's error
+                               rb"|ERROR:\S* ?\S* \d+:\d+ \w+\.cpp:\d+\] gpuGetDeviceCount failed)")
 
 
 def _relay_stderr(stream) -> None:

@@ -147,9 +147,10 @@ def run(args: argparse.Namespace) -> int:
         write_operators_csv(result, out / "operators.csv")
     written = _write_outputs(result, out, formats, tables=False)
     if not args.quiet:
-        from opscope.report.terminal import print_summary
-        print_summary(result, Console())
-        Console().print("wrote " + ", ".join(str(p) for p in written))
+        from opscope.report.terminal import make_console, print_summary
+        summary_console = make_console()
+        print_summary(result, summary_console)
+        summary_console.print("wrote " + ", ".join(str(p) for p in written), soft_wrap=True)
     if not result.complete:
         code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)
         kept = sum(1 for s in result.steps if s.complete)

@@ -1,77 +1,147 @@
-"""Compact terminal summary of a scan (rich tables)."""
+"""Compact terminal summary of a scan (rich tables): the answer first.
+
+The one-line verdict, then the same ranked "what to change" list as the HTML report,
+then the operators that cost the most steady-state time (not-applicable set-up work left
+out) with their shapes.  Names, paths and ``file:line`` never wrap mid-word; piped output
+is not cut at 80 columns.
+"""
 from __future__ import annotations
+
+import os
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from opscope.model import ScanResult
+from opscope.report import view
 
 VERDICT_STYLE = {"native": "green", "composite": "green", "cpu-fallback": "yellow", "unsupported": "red",
                  "not-applicable": "dim", "unknown": "magenta"}
+SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "blue"}
+PIPE_WIDTH = 200  # piped or redirected output: wide enough that tables keep one row per line
+
+
+def make_console(stderr: bool = False, **kwargs) -> Console:
+    """A rich Console that wraps at the terminal's width, or at PIPE_WIDTH (not 80) when piped
+    (``COLUMNS`` still wins when set)."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not stream.isatty() and not os.environ.get("COLUMNS"):
+        width = PIPE_WIDTH
+    return Console(stderr=stderr, width=width, **kwargs)
 
 
 def _ms(us: float) -> str:
     return f"{us / 1000:.2f}"
 
 
+def _name_column(table: Table, title: str, **kwargs) -> None:
+    """A column of names or places: never split inside a word (``aten::gelu_ba|ckward``)."""
+    table.add_column(title, no_wrap=True, overflow="ellipsis", **kwargs)
+
+
+def fixes_table(result: ScanResult, top: int = 10) -> Table | None:
+    """The ranked "what to change" list (the HTML report's, same order)."""
+    fixes = view.top_fixes(result, limit=top)
+    if not fixes:
+        return None
+    t = Table(title="What to change, most important first", header_style="bold", title_justify="left")
+    t.add_column("#", justify="right")
+    _name_column(t, "kind")
+    _name_column(t, "what", max_width=60)
+    _name_column(t, "where", max_width=40)
+    t.add_column("time", justify="right", no_wrap=True)
+    t.add_column("change", ratio=1, min_width=30)
+    for i, f in enumerate(fixes, start=1):
+        style = SEVERITY_STYLE.get(f.severity, "")
+        t.add_row(str(i), f"[{style}]{f.kind}[/]" if style else f.kind, f.what, f.where or "-",
+                  view.fmt_percent(f.share) if f.share is not None else "-", f.fix)
+    return t
+
+
+def steady_time_us(op) -> float:
+    """An operator signature's steady-state time: the median per step after the first (its total
+    time when no such step was captured)."""
+    if op.steady_time_us is not None:
+        return float(op.steady_time_us)
+    return view.op_time_us(op)
+
+
+def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
+    """Operators by steady-state time, with their shapes; not-applicable set-up work left out."""
+    ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
+    ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
+    if not ops:
+        return None
+    t = Table(title="Top operators by steady-state time per step (not-applicable set-up work left out)",
+              header_style="bold", title_justify="left")
+    _name_column(t, "operator")
+    t.add_column("input shapes", ratio=1, min_width=16)
+    t.add_column("ms/step", justify="right", no_wrap=True)
+    t.add_column("calls", justify="right", no_wrap=True)
+    _name_column(t, "phase")
+    _name_column(t, "source")
+    _name_column(t, "verdict")
+    for op in ops[:top]:
+        verdict = op.verdict or "-"
+        t.add_row(op.qualified_name, view.fmt_shapes(op.input_shapes) or "-", _ms(steady_time_us(op)),
+                  str(op.calls), op.phase or "-", op.source or "-",
+                  f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]" if op.verdict else "-")
+    return t
+
+
 def print_summary(result: ScanResult, console: Console | None = None, top: int = 12) -> None:
-    console = console or Console()
+    console = console or make_console()
     status = "[green]complete[/]" if result.complete else f"[red]incomplete[/]: {result.incomplete_reason}"
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
-                  f"steps={len(result.steps)}  {status}")
+                  f"steps={len(result.steps)}  {status}", soft_wrap=True)
     summary = result.summary or {}
     if summary:
         from opscope.analysis.verdicts import describe_readiness
+        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]", soft_wrap=True)
+    console.print(view.verdict_line(result), soft_wrap=True)
+    fixes = fixes_table(result, top=10)
+    if fixes is not None:
+        console.print(fixes)
+        more = len(view.top_fixes(result, limit=None)) - 10
+        if more > 0:
+            console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
+    else:
+        console.print("Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found.")
+    if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
-        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]")
-        console.print("operator signatures by verdict: " + "  ".join(parts))
-    table = Table(title="Top operators by self time", show_lines=False, header_style="bold")
-    for col in ("operator", "calls", "self ms", "phase", "source", "verdict"):
-        table.add_column(col, overflow="fold")
-    for op in result.operators[:top]:
-        verdict = op.verdict or "-"
-        table.add_row(op.qualified_name, str(op.calls), _ms(op.self_time_us), op.phase, op.source or "-",
-                      f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]" if op.verdict else "-")
-    console.print(table)
-    attention = [op for op in result.operators if op.verdict in ("cpu-fallback", "unsupported", "unknown")]
-    if attention:
-        t = Table(title="Operators that will not run natively on the NPU", header_style="bold")
-        for col in ("operator", "verdict", "calls", "source", "substitute"):
-            t.add_column(col, overflow="fold")
-        for op in attention[:top]:
-            t.add_row(op.qualified_name, op.verdict, str(op.calls), op.source or "-",
-                      (op.substitute or {}).get("replacement", "-") if op.substitute else "-")
-        console.print(t)
+        console.print("operator signatures by verdict: " + "  ".join(parts), soft_wrap=True)
+    table = top_operators_table(result, top=top)
+    if table is not None:
+        console.print(table)
     if result.root_causes:
         t = Table(title=f"Dynamic shapes: {len(result.root_causes)} root cause(s), "
-                        f"{len(result.dynamic_shapes)} dynamic operator(s)", header_style="bold")
-        for col in ("line to fix", "cause", "ops", "fix"):
-            t.add_column(col, overflow="fold")
+                        f"{len(result.dynamic_shapes)} dynamic operator(s)", header_style="bold", title_justify="left")
+        _name_column(t, "line to fix")
+        _name_column(t, "cause")
+        t.add_column("ops", ratio=1)
+        t.add_column("fix", ratio=2)
         for rc in result.root_causes[:top]:
             ops = ", ".join(rc.ops[:4]) + (f" +{len(rc.ops) - 4}" if len(rc.ops) > 4 else "")
             t.add_row(rc.source or "?", rc.kind or rc.cause, ops, rc.suggestion)
         console.print(t)
     else:
         console.print("Dynamic shapes: none (every operator kept the shapes of the first step)")
-    if result.findings:
-        t = Table(title=f"CUDA-specific APIs: {len(result.findings)} finding(s)", header_style="bold")
-        for col in ("where", "rule", "api", "replacement"):
-            t.add_column(col, overflow="fold")
-        for f in result.findings[:top]:
-            t.add_row(f"{f.file}:{f.line}", f.rule, f.api, f.replacement or "-")
-        console.print(t)
     remaps = remapped_calls(result)
     if remaps:
         t = Table(title=f"Remapped for this scan (no {result.device if result.device != 'cpu' else 'GPU'} "
-                        f"needed): {len(remaps)} call site(s)", header_style="bold")
-        for col in ("where", "api", "became", "calls"):
-            t.add_column(col, overflow="fold")
+                        f"needed): {len(remaps)} call site(s)", header_style="bold", title_justify="left")
+        _name_column(t, "where")
+        _name_column(t, "api")
+        t.add_column("became", ratio=1)
+        t.add_column("calls", justify="right")
         for f in remaps:
             t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
         console.print(t)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {note}[/]", soft_wrap=True)
 
 
 def remapped_calls(result: ScanResult) -> list:
