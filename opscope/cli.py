@@ -9,14 +9,29 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 
 from opscope import __version__, commands
 from opscope.errors import EXIT_INTERNAL, UserError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line naming the option, the bad value and the valid ones (exit 2)."""
+
+    def error(self, message: str):
+        m = re.match(r"argument (?:\S+/)?(\S+): invalid choice: (.+?) \(choose from (.+)\)$", message)
+        if m:
+            message = f"unknown {m.group(1)} {m.group(2)}: choose from {m.group(3).replace(chr(39), '')}"
+        else:
+            m = re.match(r"argument (?:\S+/)?(\S+): unknown \w+ (.+)$", message)
+            if m:
+                message = f"unknown {m.group(1)} {m.group(2)}"
+        self.exit(2, f"opscope: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="opscope",
         description="Find what will break or be slow when porting a PyTorch job to Ascend NPUs.",
     )
@@ -27,7 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"opscope.commands.{info.name}")
         module.register(sub)
+    from opscope.commands._common import add_common, leaf_parsers
+    for child in leaf_parsers(parser):  # -q/--quiet and -v/--verbose on every command
+        add_common(child)
     return parser
+
+
+def _logging(verbose: int) -> None:
+    if verbose:
+        import logging
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, format="opscope: %(message)s",
+                            stream=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:  # everything after `--` belongs to the user's script, untouched
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1:]
-    args = parser.parse_args(argv)
+    try:
+        from opscope.config import apply, find_config
+        apply(parser, find_config())  # [tool.opscope] / .opscope.toml: defaults, the command line wins
+        args = parser.parse_args(argv)
+    except UserError as exc:
+        print(f"opscope: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # argparse: --help, --version, or a usage error (exit 2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    _logging(getattr(args, "verbose", 0))
     if rest:
         if not hasattr(args, "script_args"):
             parser.error(f"`{args.command}` takes no script arguments after `--`")

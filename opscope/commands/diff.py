@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opscope.commands._common import add_out
 from opscope.errors import EXIT_USAGE, UserError
-
-FORMATS = ("html", "xlsx", "json")
+from opscope.report.registry import add_format_option
 
 
 def register(subparsers) -> None:
@@ -27,19 +27,11 @@ def register(subparsers) -> None:
     parser.add_argument("--log-b", metavar="FILE", help="run B's console log (for CPU-fallback warnings)")
     parser.add_argument("--label-a", default=None, help="name of run A in the reports (default: its device)")
     parser.add_argument("--label-b", default=None, help="name of run B in the reports (default: its device)")
-    parser.add_argument("--out", default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
-    parser.add_argument("--format", default="html,xlsx,json", help="reports to write (default %(default)s)")
+    add_out(parser, default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
+    add_format_option(parser, "diff", default="html,xlsx,json")
     parser.add_argument("--top", type=int, default=15, help="rows per terminal table (default %(default)s)")
-    parser.add_argument("--quiet", action="store_true", help="no terminal tables")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no terminal tables")
     parser.set_defaults(func=run)
-
-
-def _formats(text: str) -> list[str]:
-    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise UserError(f"--format: unknown {', '.join(unknown)}; choose from {','.join(FORMATS)}", EXIT_USAGE)
-    return formats
 
 
 def _read_log(path):
@@ -60,7 +52,7 @@ def run(args) -> int:
     from opscope.analysis.diff import diff_profiles
     from opscope.parsers import load_profiles
 
-    formats = _formats(args.format)
+    formats = args.format
     for name in ("batch_size", "devices", "devices_a"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.warmup is not None and args.warmup < 0:
@@ -76,17 +68,7 @@ def run(args) -> int:
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff
         print_diff(result, top=args.top)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for fmt in formats:
-        if fmt == "html":
-            from opscope.report.diff_html import write_diff_html
-            path = write_diff_html(result, out / "diff.html")
-        elif fmt == "xlsx":
-            from opscope.report.diff_xlsx import write_diff_xlsx
-            path = write_diff_xlsx(result, out / "diff.xlsx")
-        else:
-            from opscope.report.diff_json import write_diff_json
-            path = write_diff_json(result, out / "diff.json")
+    from opscope.report import registry
+    for path in registry.write("diff", result, Path(args.out), formats):
         print(path)
     return 0

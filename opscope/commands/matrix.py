@@ -24,7 +24,8 @@ def register(sub) -> None:
     b.add_argument("--op-plugin", metavar="DIR",
                    help="folder with op_plugin_functions.yaml and unsupported_ops_info*.yaml")
     b.add_argument("--wheel-cache", metavar="DIR", help="reuse/keep downloaded wheels in this folder")
-    b.add_argument("--out", metavar="DIR", help="where to write (default: the package's support_matrix/)")
+    b.add_argument("-o", "--out", metavar="DIR", help="where to write (default: the package's support_matrix/)")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress and no list of files written")
     s = actions.add_parser("show", help="an operator's verdict across torch_npu versions",
                            description="Print, for every release line in the matrix, how an operator runs on "
                                        "the NPU and why.  OP is e.g. aten::gelu, gelu, gelu.out or "
@@ -32,6 +33,8 @@ def register(sub) -> None:
     s.add_argument("op", help="operator, e.g. aten::gelu or aten::add.Tensor")
     s.add_argument("--target", help="only this torch_npu version")
     s.add_argument("--json", action="store_true", help="print the evidence as JSON")
+    s.add_argument("-o", "--out", metavar="FILE", help="also write the evidence as JSON to FILE")
+    s.add_argument("-q", "--quiet", action="store_true", help="print nothing (with -o: only write the file)")
     p.set_defaults(func=run)
 
 
@@ -57,8 +60,9 @@ def run_build(args: argparse.Namespace) -> int:
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
     written = build(out, wheels=args.wheel, versions=versions, op_plugin=args.op_plugin, download_dir=cache)
-    for path in written:
-        print(f"wrote {path}")
+    if not args.quiet:
+        for path in written:
+            print(f"wrote {path}")
     return 0
 
 
@@ -74,7 +78,6 @@ def _parse_op(text: str) -> tuple[str, str | None]:
 def run_show(args: argparse.Namespace) -> int:
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from opscope.analysis.verdicts import assign_verdicts
@@ -88,13 +91,20 @@ def run_show(args: argparse.Namespace) -> int:
         op = Operator(name=name, overload=overload)
         assign_verdicts([op], line)
         rows.append((matrix.release(line), op))
+    evidence = json.dumps([{"version": rel.version, "line": rel.line, "verdict": op.verdict,
+                            "evidence": op.evidence, "substitute": op.substitute} for rel, op in rows], indent=2)
+    if args.out:
+        Path(args.out).write_text(evidence + "\n", encoding="utf-8")
+    if args.quiet:
+        return 0
     if args.json:
-        print(json.dumps([{"version": rel.version, "line": rel.line, "verdict": op.verdict, "evidence": op.evidence,
-                           "substitute": op.substitute} for rel, op in rows], indent=2))
+        print(evidence)
         return 0
     table = Table(title=f"{name}{'.' + overload if overload else ''} on torch_npu", header_style="bold")
-    for col in ("torch_npu", "verdict", "why", "substitute"):
-        table.add_column(col, overflow="fold")
+    for col in ("torch_npu", "verdict"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("why", ratio=2)
+    table.add_column("substitute", ratio=1)
     for rel, op in rows:
         ev = op.evidence or {}
         why = str(ev.get("rule", ""))
@@ -104,5 +114,6 @@ def run_show(args: argparse.Namespace) -> int:
             why += f"  (first supported in {ev['first_supported_in']})"
         version = rel.version + ("" if rel.from_wheel else " (op-plugin only)")
         table.add_row(version, op.verdict, why, (op.substitute or {}).get("replacement", "-"))
-    Console().print(table)
+    from opscope.report.terminal import make_console
+    make_console().print(table)
     return 0

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opscope.errors import EXIT_USAGE, UserError
+from opscope.commands._common import add_out
+from opscope.report.registry import add_format_option
 
 DEFAULT_FORMATS = "html,xlsx"
 
@@ -13,24 +14,19 @@ def register(subparsers) -> None:
         "report", help="render report.html / report.xlsx / report.md from a run's scan.json",
         description="Render the readiness reports of a run directory written by `opscope scan`.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="directory holding scan.json (or the scan.json itself)")
-    parser.add_argument("--format", default=DEFAULT_FORMATS, metavar="FORMATS",
-                        help="comma-separated: html,xlsx,json,md (default: %(default)s)")
-    parser.add_argument("-o", "--output-dir", metavar="DIR",
-                        help="write the reports here instead of next to scan.json")
+    add_format_option(parser, "scan", default=DEFAULT_FORMATS)
+    add_out(parser, help="write the reports here instead of next to scan.json", old=("--output-dir",))
+    parser.add_argument("-q", "--quiet", action="store_true", help="do not print the paths written")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from opscope.report.render import parse_formats, write_reports
-
-    try:
-        formats = parse_formats(args.format)
-    except ValueError as exc:
-        raise UserError(f"--format: {exc}", EXIT_USAGE) from None
     from opscope.report.json_out import read_scan_json
+    from opscope.report.render import write_reports
     result = read_scan_json(Path(args.run_dir))
     run_dir = Path(args.run_dir)
-    out_dir = Path(args.output_dir) if args.output_dir else (run_dir if run_dir.is_dir() else run_dir.parent)
-    for path in write_reports(result, out_dir, formats):
-        print(path)
+    out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
+    for path in write_reports(result, out_dir, args.format):
+        if not args.quiet:
+            print(path)
     return 0

@@ -6,7 +6,9 @@ import datetime as _dt
 import time
 from pathlib import Path
 
+from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
+from opscope.report.registry import add_format_option
 
 DEFAULT_STEPS = 5
 
@@ -21,8 +23,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps to capture (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=0,
                    help="first K steps are warm-up: shape changes are judged against step K+1 (default 0)")
-    p.add_argument("--out", default="opscope-out", help="output folder (default opscope-out/)")
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda|npu (default auto)")
+    add_out(p, default="opscope-out", help="output folder (default opscope-out/)")
+    add_device(p, help="where the script runs: auto (default: npu, else cuda, else cpu), cpu, cuda or npu")
     p.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
     p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
                    help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
@@ -37,7 +39,7 @@ def register(sub) -> None:
                    help="ranks to capture: 0 (default; into --out), all, or a list such as 0,1 (rank N into OUT/rankN)")
     p.add_argument("--target", default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
     p.add_argument("--fail-under", type=float, default=None, help="exit 5 if the readiness score is below this")
-    p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
+    add_format_option(p, "scan", default="html,xlsx", allow_empty=True)
     p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
     p.add_argument("--no-traces", action="store_true", help="do not keep the per-step Chrome traces")
     p.add_argument("--keep-compile", action="store_true",
@@ -46,7 +48,7 @@ def register(sub) -> None:
                    help="torch calls recorded per step before the rest of it runs unprofiled (default 20000)")
     p.add_argument("--max-capture-mb", type=int, default=None,
                    help="capture memory growth (MB) after which a step stops recording (default 1536)")
-    p.add_argument("--quiet", action="store_true", help="no terminal summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary or progress")
     p.set_defaults(func=run)
 
 
@@ -60,20 +62,11 @@ def _check_out(out: Path) -> None:
         raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
 
 
-def _formats(spec: str) -> list[str]:
-    known = {"html", "xlsx", "md", "json", "sarif"}
-    formats = [f.strip().lower() for f in spec.split(",") if f.strip()]
-    bad = [f for f in formats if f not in known]
-    if bad:
-        raise UserError(f"unknown --format {','.join(bad)}: choose from {','.join(sorted(known))}")
-    return formats
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     console = Console(stderr=True)
     script = Path(args.script)
-    formats = _formats(args.format)
+    formats = list(args.format)
     if args.static_only:
         return _static_only(script, Path(args.out), formats, args.quiet)
     if not script.exists():
@@ -95,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     from opscope.analysis.verdicts import resolve_target
     resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
     from opscope.capture.runner import run_script
-    if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
-        raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
     from opscope.capture import distributed as dist_launch
     plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
@@ -165,16 +156,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
+    """scan.json and operators.csv (always), then every other asked-for format from the registry."""
     written = [out / "scan.json", out / "operators.csv"]
     if tables:  # pandas is only imported when the tables are written here
         from opscope.report.csv_out import write_operators_csv
         from opscope.report.json_out import write_scan_json
         write_scan_json(result, out / "scan.json")
         write_operators_csv(result, out / "operators.csv")
-    if "sarif" in formats:
-        from opscope.report.sarif import write_sarif
-        written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")
-    report_formats = [f for f in formats if f in ("html", "xlsx", "md")]
+    report_formats = [f for f in formats if f != "json"]  # scan.json is written above
     if report_formats:
         from opscope.report.render import write_reports
         written.extend(write_reports(result, out, formats=tuple(report_formats)))

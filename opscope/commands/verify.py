@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
 
 
@@ -24,29 +25,26 @@ def register(subparsers) -> None:
                     "the loss step by step. Script arguments go after `--`.")
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="output folder of `opscope scan` (holds scan.json)")
     p.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for the --e2e script")
-    p.add_argument("--device", default="auto", help="npu|cuda|cpu (default auto: npu, else cuda, else cpu)")
+    add_device(p, help="npu, cuda or cpu (default auto: npu, else cuda, else cpu)")
     p.add_argument("--e2e", metavar="SCRIPT", help="also run SCRIPT on the CPU and on --device and compare losses")
     p.add_argument("--steps", type=int, default=5, help="e2e: steps to run and compare (default 5)")
     p.add_argument("--rtol", type=float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
     p.add_argument("--atol", type=float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and for both e2e runs (default 0)")
     p.add_argument("--timeout", type=float, default=None, help="e2e: stop each run after this many seconds")
-    p.add_argument("--out", default=None, help="e2e: folder for the two runs and e2e.json "
-                                               "(default RUN_DIR/e2e, or opscope-e2e/)")
+    add_out(p, help="e2e: folder for the two runs and e2e.json (default RUN_DIR/e2e, or opscope-e2e/)")
     p.add_argument("--only", action="append", metavar="OP", help="only ops whose name contains OP (repeatable)")
     p.add_argument("--max-elements", type=int, default=50_000_000,
                    help="skip signatures whose inputs exceed this many elements (default 50M)")
     p.add_argument("--top", type=int, default=20, help="rows in the terminal table (default 20)")
     p.add_argument("--show-skipped", action="store_true", help="list skipped signatures in the table too")
-    p.add_argument("--quiet", action="store_true", help="no terminal tables")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal tables")
     p.set_defaults(func=run)
 
 
 def _device(name: str) -> str:
-    name = (name or "auto").lower()
+    name = (name or "auto").lower()  # argparse checked it against auto, cpu, cuda, npu
     if name != "auto":
-        if name not in ("npu", "cuda", "cpu"):
-            raise UserError(f"unknown --device {name!r}: use npu, cuda or cpu")
         return name
     from opscope.capture.runner import resolve_device  # the one auto rule: npu, else cuda, else cpu
     return resolve_device("auto")

@@ -1,7 +1,8 @@
-"""Write the chosen report formats next to scan.json: the one entry point for reporters.
+"""Write the chosen report formats next to scan.json: the one entry point for scan reporters.
 
 ``opscope scan`` calls ``write_reports`` after writing scan.json; ``opscope report``
-calls it on a scan.json loaded from disk, so any run can be re-rendered.
+calls it on a scan.json loaded from disk, so any run can be re-rendered.  The formats
+themselves live in the reporter registry (``opscope.report.registry``).
 """
 from __future__ import annotations
 
@@ -9,18 +10,23 @@ import json
 from pathlib import Path
 
 from opscope.model import ScanResult
+from opscope.report import registry
 
-FORMATS = ("html", "xlsx", "json", "md")
-FILE_NAMES = {"html": "report.html", "xlsx": "report.xlsx", "json": "scan.json", "md": "report.md"}
+# The files ``rerender`` refreshes when a command changes scan.json.
+REPORT_FILES = ("html", "xlsx", "md", "sarif")
+
+
+def __getattr__(name):  # FORMATS / FILE_NAMES stay available, computed from the registry
+    if name == "FORMATS":
+        return tuple(registry.reporters("scan"))
+    if name == "FILE_NAMES":
+        return {n: r.file_name for n, r in registry.reporters("scan").items()}
+    raise AttributeError(name)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
     """'html, xlsx' -> ('html', 'xlsx'); raises ValueError naming the unknown ones."""
-    formats = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise ValueError(f"unknown report format {', '.join(unknown) or '(none)'}; choose from {','.join(FORMATS)}")
-    return formats
+    return registry.parse_formats(text, "scan")
 
 
 def _write_json(result: ScanResult, path: Path) -> Path:
@@ -35,25 +41,20 @@ def _write_json(result: ScanResult, path: Path) -> Path:
 
 def write_reports(result: ScanResult, run_dir: Path, formats=("html", "xlsx")) -> list[Path]:
     """Write each format into ``run_dir`` and return the paths written, in order."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(formats, str):
         formats = parse_formats(formats)
-    written = []
     for fmt in formats:
-        path = run_dir / FILE_NAMES[fmt]
-        if fmt == "html":
-            from opscope.report.html import write_html
-            write_html(result, path)
-        elif fmt == "xlsx":
-            from opscope.report.xlsx import write_xlsx
-            write_xlsx(result, path)
-        elif fmt == "md":
-            from opscope.report.markdown import write_markdown
-            write_markdown(result, path)
-        elif fmt == "json":
-            _write_json(result, path)
-        else:
-            raise ValueError(f"unknown report format {fmt!r}; choose from {','.join(FORMATS)}")
-        written.append(path)
-    return written
+        registry.get("scan", fmt)  # an unknown format is an error, never silently skipped
+    return registry.write("scan", result, Path(run_dir), formats)
+
+
+def existing_reports(run_dir: Path) -> tuple[str, ...]:
+    """The report formats already present in a run folder (what a re-render must refresh)."""
+    run_dir = Path(run_dir)
+    known = registry.reporters("scan")
+    return tuple(name for name in REPORT_FILES if name in known and (run_dir / known[name].file_name).exists())
+
+
+def rerender(result: ScanResult, run_dir: Path) -> list[Path]:
+    """Re-write the reports found in ``run_dir`` from ``result`` (after scan.json changed)."""
+    return write_reports(result, run_dir, existing_reports(run_dir))
