@@ -217,3 +217,32 @@ def test_out_variants_string_defaults_and_masks_from_a_real_scan_replay():
         assert result.outcome == "pass", (sig.name, result.message)
     call = build_call(scatter)
     assert int(call.args[1].sum()) == 10  # exactly as many selected places as source elements
+
+
+def test_verify_rerenders_the_reports_and_says_why_signatures_were_skipped(cnn_run):
+    assert run_opscope("report", cnn_run, "--format", "html,xlsx", "-q").returncode == 0
+    assert "Verification" not in (cnn_run / "report.html").read_text()
+    proc = run_opscope("verify", cnn_run, "--device", "cpu", "--only", "relu", "--only", "_to_copy", "-q")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (cnn_run / "report.html").read_text()
+    assert 'id="verification"' in html  # the report next to scan.json is not stale
+    import openpyxl
+    assert "Verification" in openpyxl.load_workbook(cnn_run / "report.xlsx").sheetnames
+    assert "re-rendered" in proc.stderr and "report.html" in proc.stderr
+    skipped = load_scan(cnn_run)["verification"]["counts"]["skipped"]
+    if skipped:  # every skip is counted under a reason, in the terminal and in the report
+        line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("skipped "))
+        assert line.startswith(f"skipped {skipped} of ")
+        assert "Skipped, by reason" in html
+
+
+def test_skip_reasons_are_counted_per_reason():
+    from opscope.report.view import skip_reasons
+    results = [{"outcome": "skipped", "message": "argument weight was not recorded and has no default"},
+               {"outcome": "skipped", "message": "argument bias was not recorded and has no default"},
+               {"outcome": "skipped", "message": "host-only op in this script (set-up or data loading on CPU tensors)"},
+               {"outcome": "skipped", "message": "aten::foo.bar: no such overload in this torch"},
+               {"outcome": "pass", "message": ""}]
+    assert skip_reasons({"results": results}) == [
+        ("an argument was not recorded and has no default", 2), ("host-only op in this script", 1),
+        ("no such overload in this torch", 1)]

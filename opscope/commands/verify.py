@@ -53,8 +53,8 @@ def _device(name: str) -> str:
 def run(args) -> int:
     import sys
 
-    from rich.console import Console
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    from opscope.report.terminal import make_console
+    console = make_console(stderr=True)
     if not args.run_dir and not args.e2e:
         raise UserError("give RUN_DIR (a folder written by `opscope scan`) and/or --e2e SCRIPT")
     if args.steps < 1:
@@ -89,9 +89,13 @@ def run(args) -> int:
             verification["e2e"] = e2e
     if scan is not None:
         from opscope.report.json_out import write_scan_json
+        from opscope.report.render import rerender
         scan.verification = verification
         write_scan_json(scan, scan_path)
         console.print(f"verification written to {scan_path}")
+        refreshed = rerender(scan, scan_path.parent)  # reports next to scan.json must not go stale
+        if refreshed:
+            console.print("re-rendered " + ", ".join(str(p) for p in refreshed), soft_wrap=True)
     return EXIT_VERIFY_FAILED if failed else 0
 
 
@@ -106,6 +110,13 @@ def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
                                          progress=update, max_elements=args.max_elements, only=args.only)
     if not args.quiet:
         print_verification(verification, console, top=args.top, show_skipped=args.show_skipped)
+    from opscope.report.view import skip_reasons
+    reasons = skip_reasons(verification)
+    if reasons:
+        skipped = sum(n for _, n in reasons)
+        console.print(f"skipped {skipped} of {len(verification.get('results') or [])} signature(s): "
+                      + "; ".join(f"{n} {reason}" for reason, n in reasons)
+                      + ("" if args.show_skipped else " (--show-skipped lists them)"), soft_wrap=True)
     return verification
 
 

@@ -518,6 +518,32 @@ def verification_rows(verification: dict | None) -> list[VerificationRow]:
     return rows
 
 
+def skip_reason(message: str) -> str:
+    """A skipped signature's message as a reason shared by others: 'argument weight was not recorded
+    and has no default' -> 'an argument was not recorded and has no default'."""
+    text = re.split(r" \(|;", str(message or "").strip(), maxsplit=1)[0]
+    text = re.sub(r"^\S+::\S+?(?::| is)\s", lambda m: "" if m.group(0).endswith(": ") else "operator is ", text)
+    text = re.sub(r"\bargument \w+", "an argument", text)
+    text = re.sub(r"\bdtype \S+", "a dtype", text)
+    text = re.sub(r"\d[\d,]*", "N", text)
+    text = text.split(": ", 1)[0] if text.startswith("opscope could not replay") else text
+    return text.strip() or "no reason recorded"
+
+
+def skip_reasons(verification: dict | None) -> list[tuple[str, int]]:
+    """(reason, count) for the skipped signatures, most frequent first."""
+    counts: dict[str, int] = {}
+    for r in (verification or {}).get("results") or []:
+        if r.get("outcome") == "skipped":
+            reason = skip_reason(r.get("message"))
+            counts[reason] = counts.get(reason, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def fmt_skip_reasons(verification: dict | None) -> str:
+    return "; ".join(f"{n} {reason}" for reason, n in skip_reasons(verification))
+
+
 def verification_metadata(verification: dict | None) -> list[tuple[str, str]]:
     """(label, text) pairs saying how the verification ran."""
     v = verification or {}
@@ -529,6 +555,7 @@ def verification_metadata(verification: dict | None) -> list[tuple[str, str]]:
         ("Standards", str(v.get("standards") or NA)),
         ("Signatures", str(counts.get("total", len(v.get("results") or [])))),
         ("Disagreements with predicted verdicts", str(counts.get("disagreements", 0))),
+        ("Skipped, by reason", fmt_skip_reasons(v) or "none"),
         ("Started", str(v.get("started_at") or NA)),
         ("Duration", f"{v['duration_s']:.1f} s" if isinstance(v.get("duration_s"), (int, float)) else NA),
     ]
