@@ -184,3 +184,11 @@ def test_reports_escape_operator_names_and_keep_text_as_text(tmp_path):
     assert {"Summary", "Operators", "Only in B", "Inserted", "CPU fallbacks", "Steps", "Ranks"} <= set(wb.sheetnames)
     cells = [c.value for row in wb["Only in B"].iter_rows(min_row=2) for c in row]
     assert '=HYPERLINK("x")::op' in cells and wb["Only in B"]["A2"].data_type == "s"
+
+
+def test_a_run_diffed_with_itself_has_no_differences(huber_scan, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "opscope", "diff", str(huber_scan), str(huber_scan), "-o",
+                           str(tmp_path), "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no differences" in proc.stdout
+    assert "Where the time went" not in proc.stdout  # no table of zero deltas

@@ -20,8 +20,8 @@ def _shapes(shapes) -> str:
 
 def _table(title, columns) -> Table:
     table = Table(title=title, header_style="bold", title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
+    for i, col in enumerate(columns):  # the first column names an operator/run: never split mid-name
+        table.add_column(col, no_wrap=True) if i == 0 else table.add_column(col)
     return table
 
 
@@ -43,13 +43,19 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:
                       _ms(side["device_time_per_step_us"]))
     console.print(steps)
 
-    regress = _table(f"Where the time went (per step, biggest regression first; top {top})",
-                     ("operator", "phase", "status", "calls A", "calls B", "time A ms", "time B ms", "delta ms",
-                      "host B ms", "device B ms"))
-    for r in result.operators[:top]:
-        regress.add_row(r.name, r.phase, r.status, f"{r.calls_a:g}", f"{r.calls_b:g}", _ms(r.time_a_us),
-                        _ms(r.time_b_us), _ms(r.delta_us), _ms(r.host_b_us), _ms(r.device_b_us))
-    console.print(regress)
+    moved = [r for r in result.operators if r.status != "same" or r.delta_us or r.calls_changed]
+    if moved:
+        regress = _table(f"Where the time went (per step, biggest regression first; top {top})",
+                         ("operator", "phase", "status", "calls A", "calls B", "time A ms", "time B ms", "delta ms",
+                          "host B ms", "device B ms"))
+        for r in moved[:top]:
+            regress.add_row(r.name, r.phase, r.status, f"{r.calls_a:g}", f"{r.calls_b:g}", _ms(r.time_a_us),
+                            _ms(r.time_b_us), _ms(r.delta_us), _ms(r.host_b_us), _ms(r.device_b_us))
+        console.print(regress)
+    if not (moved or result.inserted or result.fallbacks or result.only_a or result.only_b or result.dtype_changes
+            or result.shape_changes or result.call_count_changes):
+        console.print(f"[green]no differences[/]: {len(result.operators)} operator signature(s) with the same calls, "
+                      "shapes, dtypes and time per step in both runs")
 
     if result.inserted:
         t = _table("Inserted by the NPU stack (casts, format conversions)",
