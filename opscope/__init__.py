@@ -7,3 +7,15 @@ __version__ = "0.1.0"
 
 # ``opscope.capture(out="runs/x", steps=5)`` is the in-process API: the package is callable.
 from opscope import capture  # noqa: E402,F401  (light: no torch import until called)
+
+
+def load(run_dir):
+    """A scan's run folder as DataFrames: ``opscope.load("runs/cnn").operators`` (see ``opscope.api``)."""
+    from opscope.api import load as _load
+    return _load(run_dir)
+
+
+def load_diff(a, b, **options):
+    """``opscope diff A B`` as DataFrames (see ``opscope.api.Diff``)."""
+    from opscope.api import load_diff as _load_diff
+    return _load_diff(a, b, **options)

@@ -23,3 +23,5 @@ def test_walkthrough_notebook_runs(monkeypatch):
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert "'report.html'" in text and "'scan.json'" in text and "operator signatures" in text
     assert "report.xlsx" in text and "# NPU readiness" in text
+    assert "time by verdict (us/step): {" in text and "'native'" in text  # run.operators.groupby("verdict")
+    assert "backend unchanged: True" in text  # opscope.capture in a notebook keeps its matplotlib backend
