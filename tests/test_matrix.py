@@ -55,8 +55,10 @@ def wheels(tmp_path_factory):
 
 @pytest.mark.slow
 def test_wheels_rebuild_byte_for_byte(wheels, tmp_path):
-    written = build(tmp_path, wheels=wheels)
+    steps = []
+    written = build(tmp_path, wheels=wheels, progress=lambda done, total, what: steps.append((done, total)))
     assert len(written) == 2
+    assert steps == [(0, 2), (1, 2), (2, 2)]  # `matrix build` shows a progress bar from these
     for path in written:
         assert path.read_bytes() == (MATRIX / "versions" / path.name).read_bytes(), path.name
 

@@ -478,3 +478,16 @@ def test_full_scan_merges_static_and_runtime_findings(tmp_path):
         assert by[(rule, line)].origin == "static+runtime", (rule, line)
         assert by[(rule, line)].snippet and by[(rule, line)].column
     assert by[("cuda-device", 23)].origin == "static"     # torch.device('cuda:0'): no torch call to remap
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_static_scan_reports_progress_in_and_out_of_worker_processes(tmp_path, jobs):
+    from opscope.analysis.static_scan import PARALLEL_MIN_FILES, scan_paths
+    for i in range(PARALLEL_MIN_FILES + 10):
+        (tmp_path / f"m{i}.py").write_text("import torch\nx = torch.zeros(1).cuda()\n")
+    calls = []
+    findings = scan_paths([tmp_path], jobs=jobs, progress=lambda done, total: calls.append((done, total)))
+    total = PARALLEL_MIN_FILES + 10
+    assert len(findings) >= total
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)

@@ -1303,12 +1303,13 @@ def _problem(file: str, line: int | None, message: str) -> Finding:
 PARALLEL_MIN_FILES = 200   # below this, starting worker processes costs more than it saves
 
 
-def scan_paths(paths, rules: RuleSet | None = None, jobs: int | None = None) -> list[Finding]:
+def scan_paths(paths, rules: RuleSet | None = None, jobs: int | None = None, progress=None) -> list[Finding]:
     """Static findings for files and/or project folders, in file then line order.
 
     ``file`` is each path as given (or joined onto the given folder), so relative
     arguments give paths relative to the current directory.  Big trees are parsed in
-    ``jobs`` worker processes (default: one per CPU).
+    ``jobs`` worker processes (default: one per CPU).  ``progress(done, total)`` is
+    called as files are scanned.
     """
     rules = rules or load_rules()
     files, seen = [], set()
@@ -1318,13 +1319,17 @@ def scan_paths(paths, rules: RuleSet | None = None, jobs: int | None = None) -> 
             seen.add(key)
             files.append(path)
     jobs = jobs or os.cpu_count() or 1
+    if progress is not None:
+        progress(0, len(files))
     if jobs > 1 and len(files) >= PARALLEL_MIN_FILES and rules is load_rules():
-        results = _scan_parallel(files, jobs)
+        results = _scan_parallel(files, jobs, progress)
         if results is not None:
             return [f for chunk in results for f in chunk]
     findings: list[Finding] = []
-    for path in files:
+    for i, path in enumerate(files, 1):
         findings.extend(scan_file(path, rules))
+        if progress is not None:
+            progress(i, len(files))
     return findings
 
 
@@ -1333,7 +1338,7 @@ def _scan_chunk(paths: list) -> list:
     return [scan_file(p, rules) for p in paths]
 
 
-def _scan_parallel(files: list[Path], jobs: int):
+def _scan_parallel(files: list[Path], jobs: int, progress=None):
     """Scan in worker processes (fork where available: no re-import); None if they cannot start."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -1343,6 +1348,12 @@ def _scan_parallel(files: list[Path], jobs: int):
         size = max(8, len(files) // (jobs * 8))
         chunks = [files[i:i + size] for i in range(0, len(files), size)]
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            return [findings for chunk in pool.map(_scan_chunk, chunks) for findings in chunk]
+            results, done = [], 0
+            for chunk, found in zip(chunks, pool.map(_scan_chunk, chunks)):
+                results.extend(found)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, len(files))
+            return results
     except (OSError, RuntimeError, ImportError):  # no process support (sandbox): scan in-process
         return None

@@ -59,7 +59,10 @@ def run_build(args: argparse.Namespace) -> int:
     cache = Path(args.wheel_cache) if args.wheel_cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
-    written = build(out, wheels=args.wheel, versions=versions, op_plugin=args.op_plugin, download_dir=cache)
+    from opscope.report.terminal import progress_bar
+    with progress_bar("building the support matrix", args.quiet) as update:
+        written = build(out, wheels=args.wheel, versions=versions, op_plugin=args.op_plugin, download_dir=cache,
+                        progress=update)
     if not args.quiet:
         for path in written:
             print(f"wrote {path}")

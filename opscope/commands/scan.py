@@ -107,7 +107,11 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(done: int) -> None:
         if not args.quiet:
-            status.update(f"running {script.name} under the profiler: step {min(done, args.steps)}/{args.steps}")
+            if done >= args.steps:  # the script is stopped; verdicts, dynamic shapes and reports follow
+                status.update(f"captured {args.steps}/{args.steps} steps of {script.name}; analysing "
+                              "(verdicts, dynamic shapes, reports)")
+            else:
+                status.update(f"running {script.name} under the profiler: step {done}/{args.steps}")
 
     try:
         outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
@@ -136,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
                                    static_paths=[], target=args.target)
         write_scan_json(result, out / "scan.json")
         write_operators_csv(result, out / "operators.csv")
-    written = _write_outputs(result, out, formats, tables=False)
+    import contextlib
+    with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet else contextlib.nullcontext()):
+        written = _write_outputs(result, out, formats, tables=False)
     if not args.quiet:
         from opscope.report.terminal import make_console, print_summary
         summary_console = make_console()
@@ -177,7 +183,9 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         raise UserError(f"path not found: {path} (give a Python file or a project folder)")
     from opscope.analysis.static_scan import scan_paths
     t0 = time.perf_counter()
-    findings = scan_paths([path])
+    from opscope.report.terminal import progress_bar
+    with progress_bar("scanning source files", quiet) as update:
+        findings = scan_paths([path], progress=update)
     elapsed = time.perf_counter() - t0
     _check_out(out)
     (out / "findings.json").write_text(json.dumps([f.to_dict() for f in findings], indent=1), encoding="utf-8")

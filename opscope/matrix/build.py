@@ -259,18 +259,37 @@ def committed_versions(out_dir: Path) -> list[str]:
 
 
 def build(out_dir: Path, wheels=(), versions=(), op_plugin: Path | None = None,
-          download_dir: Path | None = None) -> list[Path]:
-    """Regenerate matrix files from wheel files, versions fetched with pip, and/or the op-plugin folder."""
+          download_dir: Path | None = None, progress=None) -> list[Path]:
+    """Regenerate matrix files from wheel files, versions fetched with pip, and/or the op-plugin folder.
+
+    ``progress(done, total, what)`` is called before each wheel, version and the op-plugin step."""
     out_dir = Path(out_dir)
-    written = [build_wheel(Path(w), out_dir) for w in wheels]
+    total = len(wheels) + len(versions) + (1 if op_plugin is not None else 0)
+    done = 0
+
+    def step(what: str) -> None:
+        if progress is not None:
+            progress(done, total, what)
+
+    written = []
+    for w in wheels:
+        step(f"reading {Path(w).name}")
+        written.append(build_wheel(Path(w), out_dir))
+        done += 1
     if versions:
         with tempfile.TemporaryDirectory(prefix="opscope-wheels-") as tmp:
             where = Path(download_dir or tmp)
             for version in versions:
                 cached = [p for p in where.glob("torch_npu-*.whl") if wheel_version(p) == version]
+                step(f"torch_npu {version}: " + ("cached wheel" if cached else "pip download"))
                 written.append(build_wheel(cached[0] if cached else download_wheel(version, where), out_dir))
+                done += 1
     if op_plugin is not None:
+        step("op-plugin yaml")
         written += build_op_plugin(Path(op_plugin), out_dir)
+        done += 1
+    if progress is not None:
+        progress(done, total, "done")
     return written
 
 

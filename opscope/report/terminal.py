@@ -147,3 +147,30 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
 def remapped_calls(result: ScanResult) -> list:
     """Run-time findings whose call opscope changed to let the script run here."""
     return [f for f in result.findings if getattr(f, "remapped_to", None)]
+
+
+class progress_bar:
+    """A rich progress bar on stderr for a long step (a no-op with ``quiet``); use as
+    ``with progress_bar("scanning", quiet) as update: ... update(done, total[, what])``."""
+
+    def __init__(self, label: str, quiet: bool = False):
+        self.label, self.quiet, self._progress, self._task = label, quiet, None, None
+
+    def __enter__(self):
+        if not self.quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=make_console(stderr=True), transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self.label, total=None)
+        return self.update
+
+    def update(self, done: int, total: int | None = None, what: str | None = None) -> None:
+        if self._progress is not None:
+            description = f"{self.label}: {what}" if what else self.label
+            self._progress.update(self._task, completed=done, total=total, description=description)
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+        return False
