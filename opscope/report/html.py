@@ -65,6 +65,26 @@ def _ops_payload(rows: list[view.OperatorRow]) -> dict:
     return {"columns": columns, "rows": data, "details": details}
 
 
+def _split_fix(text: str, limit: int = 140) -> tuple[str, str]:
+    """A long fix as its first sentence, and the rest shown on demand."""
+    text = str(text or "")
+    if len(text) <= limit:
+        return text, ""
+    import re
+    match = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!etc)\.\s").search(text, 40)  # a sentence end, not "e.g. "
+    if match is None or match.start() > limit * 2:
+        return text, ""
+    return text[:match.start() + 1], text[match.end():]
+
+
+def _fix_row(f: view.Fix) -> dict:
+    head, rest = _split_fix(f.fix)
+    return {"kind": f.kind, "what": f.what, "where": f.where, "fix": head, "more": rest, "severity": f.severity,
+            "code": f.kind in ("operator", "CUDA API"), "link": f.link, "detail": f.detail,
+            "filter": f.ops[0] if len(f.ops) == 1 else "",
+            "share_text": view.fmt_percent(f.share) if f.share is not None else "—"}
+
+
 def _score_class(score, result: ScanResult | None = None) -> str:
     """Never green while an error finding or a blocking operator remains."""
     if score is None:
@@ -125,9 +145,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                      for v in VERDICTS],
         "metadata": view.scan_metadata(result),
         "notes": [str(n) for n in result.notes or []],
-        "fixes": [{"kind": f.kind, "what": f.what, "where": f.where, "fix": f.fix, "severity": f.severity,
-                   "link": f.link, "detail": f.detail, "filter": f.ops[0] if len(f.ops) == 1 else "",
-                   "share_text": view.fmt_percent(f.share) if f.share is not None else "—"} for f in fixes],
+        "fixes": [_fix_row(f) for f in fixes],
         "charts": [(chart_titles.get(k, k), uri) for k, uri in charts.items() if uri],
         "columns": COLUMNS,
         "ops_json": script_safe_json(_ops_payload(rows)),
