@@ -57,3 +57,18 @@ def test_kineto_device_count_noise_is_filtered(monkeypatch):
                         b"with code 35\nERROR: the script's own error\nTraceback (most recent call last):\n")
     _relay_stderr(stream)
     assert out.getvalue() == b"ERROR: the script's own error\nTraceback (most recent call last):\n"
+
+
+def test_a_narrow_terminal_gets_lists_that_keep_names_and_lines_whole(huber_scan):
+    import json
+
+    from opscope.model import ScanResult
+    from opscope.report.terminal import print_summary
+    buf = io.StringIO()
+    print_summary(ScanResult.from_dict(json.loads((huber_scan / "scan.json").read_text())),
+                  Console(file=buf, width=80, color_system=None))
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "aten::huber_loss_backward (cpu-fallback) at train_huber.py:29" in text.replace("\n", " ")
+    answer = text.split("Top operators")[0]
+    assert "…" not in answer and "aten::gelu_backward" in text  # the fixes are never cut

@@ -20,6 +20,7 @@ VERDICT_STYLE = {"native": "green", "composite": "green", "cpu-fallback": "yello
                  "not-applicable": "dim", "unknown": "magenta"}
 SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "blue"}
 PIPE_WIDTH = 200  # piped or redirected output: wide enough that tables keep one row per line
+NARROW = 110      # below this many columns the fixes and top operators print as lists, not tables
 
 
 def make_console(stderr: bool = False, **kwargs) -> Console:
@@ -37,8 +38,9 @@ def _ms(us: float) -> str:
 
 
 def _name_column(table: Table, title: str, **kwargs) -> None:
-    """A column of names or places: never split inside a word (``aten::gelu_ba|ckward``)."""
-    table.add_column(title, no_wrap=True, overflow="ellipsis", **kwargs)
+    """A column of names or places: wrapped only at spaces, and a name too long for its column ends
+    in an ellipsis: never split inside a word (``aten::gelu_ba|ckward``)."""
+    table.add_column(title, overflow="ellipsis", **kwargs)
 
 
 def fixes_table(result: ScanResult, top: int = 10) -> Table | None:
@@ -51,8 +53,8 @@ def fixes_table(result: ScanResult, top: int = 10) -> Table | None:
     _name_column(t, "kind")
     _name_column(t, "what", max_width=60)
     _name_column(t, "where", max_width=40)
-    t.add_column("time", justify="right", no_wrap=True)
-    t.add_column("change", ratio=1, min_width=30)
+    t.add_column("time", justify="right")
+    t.add_column("change")
     for i, f in enumerate(fixes, start=1):
         style = SEVERITY_STYLE.get(f.severity, "")
         t.add_row(str(i), f"[{style}]{f.kind}[/]" if style else f.kind, f.what, f.where or "-",
@@ -77,9 +79,9 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
     t = Table(title="Top operators by steady-state time per step (not-applicable set-up work left out)",
               header_style="bold", title_justify="left")
     _name_column(t, "operator")
-    t.add_column("input shapes", ratio=1, min_width=16)
-    t.add_column("ms/step", justify="right", no_wrap=True)
-    t.add_column("calls", justify="right", no_wrap=True)
+    t.add_column("input shapes")
+    t.add_column("ms/step", justify="right")
+    t.add_column("calls", justify="right")
     _name_column(t, "phase")
     _name_column(t, "source")
     _name_column(t, "verdict")
@@ -91,19 +93,49 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
     return t
 
 
+def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> None:
+    """Narrow terminals: one fix per entry, wrapped at spaces (a table would cut file:line)."""
+    from rich.markup import escape
+    fixes = view.top_fixes(result, limit=top)
+    console.print("[bold]What to change, most important first[/]")
+    for i, f in enumerate(fixes, start=1):
+        style = SEVERITY_STYLE.get(f.severity, "")
+        share = f", {view.fmt_percent(f.share)} of time" if f.share is not None else ""
+        console.print(f"{i:>2}. [{style}]{f.kind}[/] {escape(f.what)} at {escape(f.where or '-')}{share}")
+        console.print(f"    -> {escape(f.fix)}")
+
+
+def _print_top_operators_list(result: ScanResult, console: Console, top: int = 12) -> None:
+    from rich.markup import escape
+    ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
+    ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
+    if not ops:
+        return
+    console.print("[bold]Top operators by steady-state time per step[/] (not-applicable set-up work left out)")
+    for op in ops[:top]:
+        verdict = op.verdict or "-"
+        console.print(f"  {escape(op.qualified_name)}  {_ms(steady_time_us(op))} ms/step  x{op.calls}  "
+                      f"{op.phase or '-'}  {escape(op.source or '-')}  [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]")
+        console.print(f"      shapes {escape(view.fmt_shapes(op.input_shapes) or '-')}")
+
+
 def print_summary(result: ScanResult, console: Console | None = None, top: int = 12) -> None:
     console = console or make_console()
     status = "[green]complete[/]" if result.complete else f"[red]incomplete[/]: {result.incomplete_reason}"
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
-                  f"steps={len(result.steps)}  {status}", soft_wrap=True)
+                  f"steps={len(result.steps)}  {status}")
     summary = result.summary or {}
     if summary:
         from opscope.analysis.verdicts import describe_readiness
-        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]", soft_wrap=True)
-    console.print(view.verdict_line(result), soft_wrap=True)
+        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]")
+    console.print(view.verdict_line(result))
+    narrow = console.width < NARROW
     fixes = fixes_table(result, top=10)
     if fixes is not None:
-        console.print(fixes)
+        if narrow:
+            _print_fixes_list(result, console, top=10)
+        else:
+            console.print(fixes)
         more = len(view.top_fixes(result, limit=None)) - 10
         if more > 0:
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
@@ -112,17 +144,19 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
     if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
-        console.print("operator signatures by verdict: " + "  ".join(parts), soft_wrap=True)
+        console.print("operator signatures by verdict: " + "  ".join(parts))
     table = top_operators_table(result, top=top)
-    if table is not None:
+    if table is not None and narrow:
+        _print_top_operators_list(result, console, top=top)
+    elif table is not None:
         console.print(table)
     if result.root_causes:
         t = Table(title=f"Dynamic shapes: {len(result.root_causes)} root cause(s), "
                         f"{len(result.dynamic_shapes)} dynamic operator(s)", header_style="bold", title_justify="left")
         _name_column(t, "line to fix")
         _name_column(t, "cause")
-        t.add_column("ops", ratio=1)
-        t.add_column("fix", ratio=2)
+        t.add_column("ops")
+        t.add_column("fix")
         for rc in result.root_causes[:top]:
             ops = ", ".join(rc.ops[:4]) + (f" +{len(rc.ops) - 4}" if len(rc.ops) > 4 else "")
             t.add_row(rc.source or "?", rc.kind or rc.cause, ops, rc.suggestion)
@@ -135,13 +169,13 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
                         f"needed): {len(remaps)} call site(s)", header_style="bold", title_justify="left")
         _name_column(t, "where")
         _name_column(t, "api")
-        t.add_column("became", ratio=1)
+        t.add_column("became")
         t.add_column("calls", justify="right")
         for f in remaps:
             t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
         console.print(t)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        console.print(f"[dim]note: {note}[/]")
 
 
 def remapped_calls(result: ScanResult) -> list:
