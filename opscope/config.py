@@ -79,6 +79,8 @@ def apply(parser, config: Config) -> None:
     """Make the config's values the defaults of every (sub-)command parser that has the option."""
     if config.path is None:
         return
+    import logging
+    logging.getLogger("opscope").info("defaults from %s", config.path)
     from opscope.commands._common import leaf_parsers
     used = set()
     for sub in leaf_parsers(parser):

@@ -114,3 +114,17 @@ def test_report_command_prints_nothing_with_quiet(tmp_path, capsys):
     assert main(["report", str(run_dir), "-q", "--format", "json"]) == 0
     assert capsys.readouterr().out == ""
     assert json.loads((run_dir / "scan.json").read_text())["operators"]
+
+
+def test_verbose_logs_what_was_written(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    run_dir = tmp_path / "run"
+    write_reports(realistic_scan(), run_dir, ("json",))
+    cmd = [sys.executable, "-m", "opscope", "report", str(run_dir), "--format", "md", "-q"]
+    quiet = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    verbose = subprocess.run(cmd + ["-v"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert quiet.returncode == verbose.returncode == 0
+    assert quiet.stderr == "" and "wrote" in verbose.stderr and "md reporter" in verbose.stderr

@@ -123,7 +123,16 @@ def add_format_option(parser: argparse.ArgumentParser, kind: str, default: str, 
 
 def write(kind: str, result, out_dir: Path, formats) -> list[Path]:
     """Write each format into ``out_dir``; returns the paths written, in order."""
+    import logging
+    import time
+    log = logging.getLogger("opscope.report")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     known = reporters(kind)
-    return [known[name].write(result, out_dir / known[name].file_name) for name in formats if name in known]
+    written = []
+    for name in formats:
+        if name in known:
+            started = time.perf_counter()
+            written.append(known[name].write(result, out_dir / known[name].file_name))
+            log.info("wrote %s (%s reporter, %.2f s)", written[-1], name, time.perf_counter() - started)
+    return written
