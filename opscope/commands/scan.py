@@ -135,17 +135,13 @@ def run(args: argparse.Namespace) -> int:
             result = read_scan_json(out / "scan.json")
         except UserError:
             result = None
+    from opscope.pipeline import analyse_capture, write_reports
     if result is None:  # the child could not analyse (killed, crashed): do it here
-        from opscope.analysis.scan_result import build_scan_result
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        result = build_scan_result(out, script=str(script), argv=args.script_args,
-                                   device=outcome.extra.get("device", args.device), settings=settings,
-                                   outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                                   static_paths=[], target=args.target)
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    written = _write_outputs(result, out, formats, tables=False)
+        result = analyse_capture(out, script=str(script), argv=args.script_args,
+                                 device=outcome.extra.get("device", args.device), settings=settings,
+                                 outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                                 static_paths=[], target=args.target)
+    written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
     if not args.quiet:
         from opscope.report.terminal import print_summary
         print_summary(result, Console())
@@ -161,23 +157,6 @@ def run(args: argparse.Namespace) -> int:
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
-
-
-def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
-    written = [out / "scan.json", out / "operators.csv"]
-    if tables:  # pandas is only imported when the tables are written here
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    if "sarif" in formats:
-        from opscope.report.sarif import write_sarif
-        written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")
-    report_formats = [f for f in formats if f in ("html", "xlsx", "md")]
-    if report_formats:
-        from opscope.report.render import write_reports
-        written.extend(write_reports(result, out, formats=tuple(report_formats)))
-    return written
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
