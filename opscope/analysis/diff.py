@@ -445,4 +445,6 @@ def _notes(pa, pb, result) -> list[str]:
                          f"excluded from the average step time")
         if st["fps"] is None and st["avg_step_us"]:
             notes.append(f"{side['label']}: pass --batch-size to get FPS")
+    for side, prof in ((result.a, pa), (result.b, pb)):
+        notes.extend(f"{side['label']}: {n}" for n in prof.metadata.get("notes") or [])  # what a loader skipped
     return notes
