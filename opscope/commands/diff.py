@@ -65,6 +65,8 @@ def run(args) -> int:
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.warmup is not None and args.warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}", EXIT_USAGE)
+    from opscope.atomic import ensure_out_dir, write_failed, write_via_temp
+    out = ensure_out_dir(Path(args.out), "--out")   # before the (long) loading
     ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
     label_a = args.label_a or ranks_a[0].device
     label_b = args.label_b or ranks_b[0].device
@@ -76,17 +78,17 @@ def run(args) -> int:
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff
         print_diff(result, top=args.top)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for fmt in formats:
         if fmt == "html":
-            from opscope.report.diff_html import write_diff_html
-            path = write_diff_html(result, out / "diff.html")
+            from opscope.report.diff_html import write_diff_html as writer
         elif fmt == "xlsx":
-            from opscope.report.diff_xlsx import write_diff_xlsx
-            path = write_diff_xlsx(result, out / "diff.xlsx")
+            from opscope.report.diff_xlsx import write_diff_xlsx as writer
         else:
-            from opscope.report.diff_json import write_diff_json
-            path = write_diff_json(result, out / "diff.json")
+            from opscope.report.diff_json import write_diff_json as writer
+        path = out / f"diff.{fmt}"
+        try:
+            write_via_temp(path, lambda tmp, writer=writer: writer(result, tmp))
+        except OSError as exc:
+            raise write_failed(path, exc) from None
         print(path)
     return 0

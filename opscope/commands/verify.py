@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
@@ -72,14 +72,19 @@ def run(args) -> int:
         from opscope.report.json_out import read_scan_json
         scan_path = Path(args.run_dir) / "scan.json" if Path(args.run_dir).is_dir() else Path(args.run_dir)
         scan = read_scan_json(scan_path)
+        _check_writable(scan_path)   # before the long replay, not after it
+    if args.e2e:
+        from opscope.atomic import ensure_out_dir
+        e2e_out = ensure_out_dir(Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path
+                                                                  else Path("opscope-e2e")), "--out")
+    if args.run_dir:
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
         if not args.e2e and (scan.verification or {}).get("e2e"):
             verification["e2e"] = scan.verification["e2e"]  # keep an earlier e2e pass
     if args.e2e:
         from opscope.replay.e2e import run_e2e
-        out = Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path else Path("opscope-e2e"))
-        e2e = run_e2e(args.e2e, list(args.script_args or []), out, device=device, steps=args.steps,
+        e2e = run_e2e(args.e2e, list(args.script_args or []), e2e_out, device=device, steps=args.steps,
                       seed=args.seed, rtol=args.rtol, atol=args.atol, timeout=args.timeout, console=console)
         if not args.quiet:
             from opscope.report.verify_terminal import print_e2e
@@ -92,7 +97,11 @@ def run(args) -> int:
     if scan is not None:
         from opscope.report.json_out import write_scan_json
         scan.verification = verification
-        write_scan_json(scan, scan_path)
+        try:
+            write_scan_json(scan, scan_path)
+        except OSError as exc:
+            from opscope.atomic import write_failed
+            raise write_failed(scan_path, exc) from None
         console.print(f"verification written to {scan_path}")
     return EXIT_VERIFY_FAILED if failed else 0
 
@@ -111,7 +120,8 @@ def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
     return verification
 
 
-def load_verification(run_dir) -> dict | None:
-    """The ``verification`` block of a run directory's scan.json (None before `opscope verify`)."""
-    path = Path(run_dir) / "scan.json"
-    return json.loads(path.read_text(encoding="utf-8")).get("verification")
+def _check_writable(scan_path: Path) -> None:
+    """verify rewrites scan.json (atomically, so its folder must take a new file)."""
+    if not os.access(scan_path.parent, os.W_OK | os.X_OK) or not os.access(scan_path, os.W_OK):
+        raise UserError(f"{scan_path} cannot be rewritten (no write permission); verify stores its results "
+                        "there: copy the run folder somewhere writable")

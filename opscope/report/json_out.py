@@ -9,11 +9,9 @@ from opscope.model import ScanResult
 
 def write_scan_json(result: ScanResult, path: Path) -> Path:
     """Write atomically, so a reader never sees half a file."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from opscope.atomic import write_atomic
+
+    return write_atomic(Path(path), json.dumps(result.to_dict(), indent=1, ensure_ascii=False))
 
 
 def read_scan_json(path: Path) -> ScanResult:
