@@ -15,7 +15,6 @@ SCAN_SCHEMA = "opscope.scan/1"
 
 PHASES = ("forward", "backward", "optimizer", "other")
 VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
-CAUSES = ("input-varies", "data-dependent-output", "host-sync")
 
 
 def _clean(value: Any) -> Any:

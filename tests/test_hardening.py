@@ -287,3 +287,28 @@ def test_operators_csv_and_markdown_escape_injections(scan_data, tmp_path):
     markdown = render_markdown(scan)
     assert "attacker.example" in markdown                                  # shown as text ...
     assert not re.search(r"(?<!\\)!(?<!\\)\[|(?<!\\)\]\(", markdown)     # ... never as a link or image
+
+
+# ----------------------------------------------------------------------------- support_matrix yaml
+@pytest.mark.parametrize("name", ["diff_rules.yaml", "substitutes.yaml", "verify_standards.yaml",
+                                  "dynamic_shapes.yaml"])
+def test_a_misspelt_knowledge_key_is_an_error_not_ignored(name, tmp_path):
+    from opscope.errors import InputError
+    from opscope.knowledge import SCHEMAS, load, load_path
+    from opscope.resources import support_matrix_dir
+
+    assert set(load(name)) <= set(SCHEMAS[name])     # the shipped file passes
+    text = (support_matrix_dir() / name).read_text()
+    key = next(iter(load(name)))
+    broken = tmp_path / name
+    broken.write_text(text.replace(f"\n{key}:", f"\n{key[:-1]}x:", 1) if f"\n{key}:" in text
+                      else text.replace(f"{key}:", f"{key[:-1]}x:", 1))
+    with pytest.raises(InputError) as info:
+        load_path(broken, name)
+    assert f"unknown key '{key[:-1]}x'" in str(info.value) and f"did you mean '{key}'" in str(info.value)
+    broken.write_text(f"{key}: 5\n")
+    with pytest.raises(InputError, match="expected a"):
+        load_path(broken, name)
+    broken.write_text("[1, 2\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_path(broken, name)

@@ -35,10 +35,8 @@ _NO_OP_FUNCS = frozenset({
 
 
 def _load_knowledge() -> dict:
-    import yaml
-    from opscope.resources import support_matrix_dir
-    with open(support_matrix_dir() / "dynamic_shapes.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    from opscope.knowledge import load
+    return load("dynamic_shapes.yaml")
 
 
 KNOWLEDGE = _load_knowledge()
