@@ -110,6 +110,8 @@ def build(cls, data, where: str):
     known, unknown = {}, {}
     for key, value in data.items():
         if key in hints:
+            if value is None and hints[key] is float and key not in required:
+                continue   # scan.json stores NaN as null (model._clean): the field's default stands in
             known[key] = value_of(value, hints[key], f"{where}.{key}")
         else:
             unknown[key] = plain(value, f"{where}.{key}")

@@ -312,3 +312,29 @@ def test_a_misspelt_knowledge_key_is_an_error_not_ignored(name, tmp_path):
     broken.write_text("[1, 2\n")
     with pytest.raises(InputError, match="not valid YAML"):
         load_path(broken, name)
+
+
+# ----------------------------------------------------------------------------- options and scripts
+@pytest.mark.parametrize("argv, words", [
+    (("scan", "x.py", "--timeout", "nan"), "--timeout"), (("scan", "x.py", "--timeout", "inf"), "--timeout"),
+    (("scan", "x.py", "--timeout", "0"), "--timeout"), (("scan", "x.py", "--target", ""), "--target"),
+    (("scan", "x.py", "--fail-under", "nan"), "--fail-under"), (("matrix", "show", ""), "op"),
+    (("matrix", "show", "aten::add", "--target", " "), "--target"), (("verify", "r", "--rtol", "-1"), "--rtol"),
+    (("diff", "a", "b", "--label-a", ""), "--label-a"),
+])
+def test_bad_option_values_are_usage_errors(argv, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_a_script_that_does_not_compile_fails_up_front_with_its_line(tmp_path):
+    bad = tmp_path / "train.py"
+    bad.write_text("import torch\n\ndef step(:\n    pass\n")
+    proc = run_opscope("scan", bad, "--out", tmp_path / "out", "--quiet")
+    assert proc.returncode == 2 and f"{bad}:3:" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "out" / "scan.json").exists()
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
+    proc = run_opscope("scan", binary, "--out", tmp_path / "out", "--quiet")
+    assert proc.returncode == 2 and "does not compile" in proc.stderr

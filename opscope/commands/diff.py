@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opscope.commands._args import non_empty
 from opscope.errors import EXIT_USAGE, UserError
 
 FORMATS = ("html", "xlsx", "json")
@@ -25,8 +26,8 @@ def register(subparsers) -> None:
                                                    "average (default: 1 when the capture starts at step 1)")
     parser.add_argument("--log-a", metavar="FILE", help="run A's console log (for CPU-fallback warnings)")
     parser.add_argument("--log-b", metavar="FILE", help="run B's console log (for CPU-fallback warnings)")
-    parser.add_argument("--label-a", default=None, help="name of run A in the reports (default: its device)")
-    parser.add_argument("--label-b", default=None, help="name of run B in the reports (default: its device)")
+    parser.add_argument("--label-a", type=non_empty, default=None, help="name of run A in the reports (default: its device)")
+    parser.add_argument("--label-b", type=non_empty, default=None, help="name of run B in the reports (default: its device)")
     parser.add_argument("--out", default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
     parser.add_argument("--format", default="html,xlsx,json", help="reports to write (default %(default)s)")
     parser.add_argument("--top", type=int, default=15, help="rows per terminal table (default %(default)s)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opscope.commands._args import non_negative_float, positive_float
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
 
 
@@ -27,10 +28,10 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="auto", help="npu|cuda|cpu (default auto: npu, else cuda, else cpu)")
     p.add_argument("--e2e", metavar="SCRIPT", help="also run SCRIPT on the CPU and on --device and compare losses")
     p.add_argument("--steps", type=int, default=5, help="e2e: steps to run and compare (default 5)")
-    p.add_argument("--rtol", type=float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
-    p.add_argument("--atol", type=float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
+    p.add_argument("--rtol", type=non_negative_float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
+    p.add_argument("--atol", type=non_negative_float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and for both e2e runs (default 0)")
-    p.add_argument("--timeout", type=float, default=None, help="e2e: stop each run after this many seconds")
+    p.add_argument("--timeout", type=positive_float, default=None, help="e2e: stop each run after this many seconds")
     p.add_argument("--out", default=None, help="e2e: folder for the two runs and e2e.json "
                                                "(default RUN_DIR/e2e, or opscope-e2e/)")
     p.add_argument("--only", action="append", metavar="OP", help="only ops whose name contains OP (repeatable)")
