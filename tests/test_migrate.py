@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -201,13 +202,14 @@ def test_symlink_out_of_the_project_is_never_followed_or_written(tmp_path):
     (proj / "sub").mkdir()
     (proj / "sub" / "up").symlink_to("..")          # a folder loop
     (proj / "own.py").write_text("import torch\ny = torch.ones(1).cuda()\n")
+    os.mkfifo(proj / "pipe.py")                     # reading it would block forever
     for out in (".", "patched"):
         proc = _opscope("migrate", ".", "--out", out, "-q", cwd=proj)
         assert proc.returncode == 0, proc.stderr
         assert (outside / "train.py").read_bytes() == before
         assert (proj / "ext_link.py").is_symlink()
         report = (proj / out / "opscope-migrate.md").read_text()
-        assert "ext_link.py | not-followed" in report and "loop1.py | not-followed" in report
+        assert "ext_link.py | not-followed" in report and "loop1.py | not-read" in report
         assert "outside/train.py" not in (proj / out / "opscope-migrate.patch").read_text()
     assert (proj / "own.py").read_text() == "import torch\ny = torch.ones(1).cuda()\n"
     assert ".npu()" in (proj / "patched" / "own.py").read_text()

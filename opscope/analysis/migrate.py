@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,10 +227,10 @@ def plan_migration(paths, root: Path | None = None, exclude: Path | None = None)
     rules = load_rules()
     seen: set[Path] = set()
     for path in iter_source_files(paths):
-        full = _real_path(path)
+        full, problem = _real_path(path)
         if full is None:
-            migration.files.append(FileMigration(path=path, rel=_display(path, root), error_kind="not-followed",
-                                                 error="a symbolic link loop or a broken link; nothing changed"))
+            migration.files.append(FileMigration(path=path, rel=_display(path, root), error_kind="not-read",
+                                                 error=f"{problem}; nothing changed"))
             continue
         if excluded and (full == excluded or full.is_relative_to(excluded)):
             continue
@@ -269,13 +270,20 @@ def plan_migration(paths, root: Path | None = None, exclude: Path | None = None)
     return migration
 
 
-def _real_path(path: Path) -> Path | None:
-    """The file a path names after following every link; None for a loop or a dangling link."""
+def _real_path(path: Path) -> tuple[Path | None, str]:
+    """(the regular file a path names after following every link, or None and why not).
+
+    A FIFO or device named ``*.py`` would block or never end when read, so only regular
+    files are read."""
     try:
         full = path.resolve(strict=True)
     except (OSError, RuntimeError):   # RuntimeError: a symlink loop (Python < 3.13)
-        return None
-    return full if full.is_file() else None
+        return None, "a symbolic link loop or a broken link"
+    try:
+        regular = stat.S_ISREG(full.stat().st_mode)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    return (full, "") if regular else (None, "not a regular file (a FIFO, device or socket)")
 
 
 def _linked_dir(path: Path, root: Path) -> bool:
