@@ -9,8 +9,6 @@ same number of steps.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
