@@ -27,7 +27,7 @@ def detect_format(path) -> str:
     """'opscope-run' | 'ascend' | 'ascend-ranks' | 'chrome-trace' | 'text-table'."""
     from opscope.parsers.ascend import is_ascend_dir, rank_dirs
     from opscope.parsers.scan_dir import is_run_dir
-    from opscope.parsers.text_table import looks_like_table
+    from opscope.parsers.text_table import file_has_table, looks_like_table
     from opscope.schema import regular_file
 
     path = Path(path)
@@ -52,7 +52,7 @@ def detect_format(path) -> str:
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     if text.lstrip()[:1] in ("{", "["):
         return "chrome-trace"
-    if looks_like_table(text) or looks_like_table(path.read_text(encoding="utf-8", errors="replace")):
+    if looks_like_table(text) or file_has_table(path):
         return "text-table"
     raise _fail(path, "is not a format opscope can read")
 

@@ -24,6 +24,7 @@ _TOTAL = re.compile(r"^Self (CPU|CUDA|NPU|XPU|MTIA|PrivateUse1) time total:\s*([
 
 MAX_CALLS = 10 ** 12        # '# of Calls' per row: a million steps of a million calls; more is garbage
 MAX_TIME_US = 1e18
+MAX_TABLE_BYTES = 1 << 30  # a log of printed tables; beyond 1 GiB split it (memory is ~3x the file)
 MAX_SHAPES_CHARS = 20_000   # an 'Input Shapes' cell; literal_eval of more would be slow, not useful
 
 
@@ -34,6 +35,23 @@ class TableFormatError(FormatError):
 def looks_like_table(head: str) -> bool:
     lines = head.splitlines()
     return any(_RULE.match(line) for line in lines) and any("Name" in line and "Calls" in line for line in lines)
+
+
+def file_has_table(path, limit: int = MAX_TABLE_BYTES) -> bool:
+    """``looks_like_table`` over a whole log, read line by line (memory: one line of <= 64 KiB)."""
+    rule = header = False
+    read = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        while True:
+            line = fh.readline(65536)
+            if not line:
+                break
+            read += len(line)
+            rule = rule or bool(_RULE.match(line))
+            header = header or ("Name" in line and "Calls" in line)
+            if (rule and header) or read > limit:
+                break
+    return rule and header
 
 
 def _time_us(text: str) -> float | None:
@@ -94,6 +112,10 @@ def load_text_table(path) -> Profile:
     """One step per table; one OpCall per row standing for its '# of Calls' (``count``), so
     memory follows the size of the log, never the call counts written in it."""
     path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_TABLE_BYTES:
+        raise TableFormatError(f"the log is {size >> 20} MiB, over the {MAX_TABLE_BYTES >> 20} MiB a text table "
+                               "may be; keep only the steps to compare (or export a Chrome trace)")
     text = path.read_text(encoding="utf-8", errors="replace")
     calls: list[OpCall] = []
     steps: list[Step] = []
