@@ -100,9 +100,12 @@ def run(args) -> int:
         scan.verification = verification
         try:
             write_scan_json(scan, scan_path)
-        except OSError as exc:
-            from opscope.atomic import write_failed
-            raise write_failed(scan_path, exc) from None
+        except OSError as exc:   # the replay's results are not lost: they go to a temp file instead
+            import tempfile
+            kept = Path(tempfile.mkdtemp(prefix="opscope-verify-")) / "scan.json"
+            write_scan_json(scan, kept)
+            raise UserError(f"cannot rewrite {scan_path} ({exc.strerror or exc}); the results were saved to "
+                            f"{kept}: copy that file over it") from None
         console.print(f"verification written to {scan_path}")
     return EXIT_VERIFY_FAILED if failed else 0
 
