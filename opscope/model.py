@@ -13,7 +13,7 @@ from typing import Any
 
 SCAN_SCHEMA = "opscope.scan/1"
 
-PHASES = ("forward", "backward", "optimizer", "other")
+PHASES = ("forward", "backward", "optimizer", "eval", "other")
 VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
 
 
@@ -174,6 +174,7 @@ class Finding(_Record):
     snippet: str | None = None
     origin: str = "static"  # "static" | "runtime"
     count: int = 1
+    remapped_to: str | None = None  # run-time only: what the call did during a CPU scan
 
 
 @dataclass

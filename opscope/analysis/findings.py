@@ -28,7 +28,7 @@ def _combine(kept: Finding, other: Finding) -> Finding:
     """One finding for one place: the static wording and severity (rule file), counts summed."""
     static, runtime = (kept, other) if "static" in _origins(kept) or "runtime" in _origins(other) else (other, kept)
     merged = dataclasses.replace(static)
-    for name in ("column", "snippet", "replacement"):
+    for name in ("column", "snippet", "replacement", "remapped_to"):
         if getattr(merged, name) in (None, ""):
             setattr(merged, name, getattr(runtime, name))
     origins = _origins(kept) | _origins(other)

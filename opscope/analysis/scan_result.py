@@ -63,9 +63,6 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if steps and done < settings.get("steps", 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
-    if not steps:
-        result.notes.append("no step was captured: the script made no optimizer step or module call "
-                            "(try --step-marker module or backward)")
     if host_note:
         result.notes.append(host_note)
     if warmup:
@@ -75,7 +72,48 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
                         "scan one rank's code path in-process instead")
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target)
+    _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | None:
+    """Why this run measured nothing worth a score, or None when it measured something.
+
+    A score computed from no training iteration would read "ready" for a script that
+    never ran on the (simulated) device; opscope says it cannot know instead.
+    """
+    complete = [s for s in steps if s.complete]
+    judged = [op for op in operators if op.on_device and op.phase != "other"]
+    if complete and judged:
+        return None
+    where = f" at {outcome.where}" if getattr(outcome, "where", None) else ""
+    if outcome.kind == "timeout":
+        return (f"--timeout {settings.get('timeout') or 0:g}s ended the script inside step 1{where} before any "
+                "training iteration completed; raise --timeout or lower the script's per-step work")
+    if not complete and steps:
+        marker = settings.get("step_marker", "auto")
+        return ("no training iteration completed: the script ended before its first optimizer step / "
+                f"backward pass (step marker {marker}); check the script's arguments, or use "
+                "--step-marker module for an inference loop")
+    if not steps:
+        return ("no operator was recorded: the script ended before running any torch operation under the "
+                "profiler (ranks not reached, or the work ran in processes opscope does not capture)")
+    return ("no operator of the training iterations was recorded: nothing to judge; check that the script "
+            "trains in this process")
+
+
+def _refuse_empty_measurement(result: ScanResult, outcome, settings: dict) -> None:
+    reason = nothing_measured_reason(result.steps, result.operators, outcome, settings)
+    if reason is None:
+        return
+    if result.summary is not None:
+        result.summary["readiness_score"] = None
+        result.summary["score_unavailable"] = reason
+    if result.complete:
+        result.complete = False
+        result.incomplete_reason = reason
+    elif reason not in (result.incomplete_reason or ""):
+        result.notes.insert(0, reason)
 
 
 def _classify_host_ops(operators) -> str | None:

@@ -116,6 +116,7 @@ def main(config_path: str) -> int:
         if kind == "timeout":
             limit = (config.get("settings") or {}).get("timeout") or 0
             message = f"the script did not finish {config['steps']} steps within --timeout {limit:g}s"
+            where = _user_frame_summary(stop, script)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         kind = "exit"
@@ -132,7 +133,7 @@ def main(config_path: str) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
-            session.finish()
+            session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
         finally:
             write_outcome(kind, code, message, where)
     sys.stdout.flush()

@@ -35,6 +35,8 @@ def _phase_from(name: str) -> str | None:
         return "optimizer"
     if name.startswith(("opscope.dataloader", "opscope.setup")):
         return "other"
+    if name.startswith("opscope.eval"):
+        return "eval"
     return None
 
 

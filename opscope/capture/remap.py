@@ -16,27 +16,10 @@ import torch
 
 from opscope.model import Finding
 
-# rule id -> (message, NPU replacement); the wording of the static rules lives in yaml,
-# these are the short forms used for run-time remaps.
-_RULES = {
-    "cuda-call": ("`.cuda()` moves data to a CUDA device", "`.npu()` (after `import torch_npu`) or `.to(device)`"),
-    "cuda-device": ("CUDA device used as a string/torch.device", "`torch.device('npu:N')` / `'npu'`"),
-    "cuda-is-available": ("torch.cuda.is_available() decides the device", "`torch.npu.is_available()`"),
-    "cuda-synchronize": ("torch.cuda.synchronize()", "`torch.npu.synchronize()`"),
-    "cuda-memory": ("CUDA memory query/management", "`torch.npu.memory_allocated()` / `torch.npu.empty_cache()` ..."),
-    "cuda-set-device": ("torch.cuda.set_device()", "`torch.npu.set_device()`"),
-    "cuda-device-count": ("torch.cuda.device_count()", "`torch.npu.device_count()`"),
-    "cuda-current-device": ("torch.cuda.current_device()/get_device_name/properties", "`torch.npu.current_device()`"),
-    "cuda-manual-seed": ("torch.cuda.manual_seed()", "`torch.npu.manual_seed()`"),
-    "cuda-amp-autocast": ("CUDA autocast", "`torch.amp.autocast('npu')` / `torch_npu.npu.amp.autocast()`"),
-    "cuda-amp-gradscaler": ("CUDA GradScaler", "`torch.amp.GradScaler('npu')` / `torch_npu.npu.amp.GradScaler()`"),
-    "cudnn-flags": ("torch.backends.cudnn flag set (no effect on NPU)", "remove, or set NPU options (`torch.npu.set_compile_mode`)"),
-    "pin-memory": ("DataLoader(pin_memory=True)", "keep `pin_memory=True` only with torch_npu; NPU docs advise `pin_memory=False` on older CANN"),
-    "nccl-backend": ("NCCL process-group backend", "`backend='hccl'`"),
-    "cuda-event": ("torch.cuda.Event", "`torch.npu.Event`"),
-    "cuda-stream": ("torch.cuda.Stream/stream context", "`torch.npu.Stream` / `torch.npu.stream`"),
-    "cuda-load": ("torch.load(map_location=cuda)", "`map_location='npu'` or `'cpu'`"),
-}
+def _rules() -> dict:
+    """rule id -> message, replacement, became, severity (``support_matrix/runtime_remaps.yaml``)."""
+    from opscope.knowledge import load
+    return load("runtime_remaps.yaml")["rules"]
 
 
 class RuntimeFindings:
@@ -46,7 +29,7 @@ class RuntimeFindings:
         self.user_code = user_code
         self.items: dict[tuple, Finding] = {}
 
-    def record(self, rule: str, api: str, depth: int = 2) -> None:
+    def record(self, rule: str, api: str, depth: int = 2, remapped: bool = True) -> None:
         where = self.user_code.frame_of(sys._getframe(depth))
         file, line = where if where else (None, None)
         key = (rule, file, line)
@@ -54,10 +37,10 @@ class RuntimeFindings:
         if found:
             found.count += 1
             return
-        message, replacement = _RULES[rule]
-        self.items[key] = Finding(rule=rule, file=file, line=line, api=api,
-                                  message=f"{message}; remapped to CPU for the scan",
-                                  replacement=replacement, severity="warning", origin="runtime")
+        spec = _rules()[rule]
+        self.items[key] = Finding(rule=rule, file=file, line=line, api=api, message=spec["message"],
+                                  replacement=spec.get("replacement"), severity=spec.get("severity", "warning"),
+                                  origin="runtime", remapped_to=spec.get("became") if remapped else None)
 
     def list(self) -> list[Finding]:
         return list(self.items.values())
@@ -130,6 +113,7 @@ class CudaRemapper:
         self.user_code = findings.user_code
         self._undo: list = []
         self.moved = False
+        self.device_count = 1   # what device_count() answers (the world size for distributed runs)
 
     # -- called by SourceTracker for every torch call --------------------------------
     def on_call(self, func, args, kwargs):
@@ -149,7 +133,8 @@ class CudaRemapper:
             self.moved = True
             args = (args[0], "cpu") + tuple(args[2:])
             self.findings.record("cuda-device", ".to('cuda')", depth=3)
-        if name in ("pin_memory",):
+        if name == "pin_memory":
+            self.findings.record("pin-memory", "Tensor.pin_memory()", depth=3)
             return args, kwargs, True, args[0]
         return args, kwargs, False, None
 
@@ -191,7 +176,7 @@ class CudaRemapper:
         def device_count():
             if self._from_user():
                 rec("cuda-device-count", "torch.cuda.device_count()")
-                return 1
+                return self.device_count
             return orig_count()
 
         self._patch(cuda, "is_available", is_available)
@@ -230,12 +215,41 @@ class CudaRemapper:
         self._patch(cuda, "default_stream", simple("cuda-stream", "torch.cuda.default_stream()", _FakeStream, name="default_stream"))
         self._patch(cuda, "stream", stream_ctx)
         self._patch(cuda, "device", lambda *a, **k: (rec("cuda-set-device", "torch.cuda.device()"), contextlib.nullcontext())[1])
+        self._install_accelerator(rec)
         self._install_module(rec)
         self._install_amp(rec)
         self._install_cudnn(rec)
         self._install_dataloader(rec)
         self._install_distributed(rec)
         self._install_load(rec)
+
+    def _install_accelerator(self, rec):
+        """``torch.accelerator`` (torch >= 2.6): report a CUDA accelerator, remapped like torch.cuda."""
+        acc = getattr(torch, "accelerator", None)
+        if acc is None:
+            return
+        remapper = self
+
+        def fake(api, result=None):
+            original = getattr(acc, api, None)
+
+            def fn(*args, **kwargs):
+                if original is not None and not remapper._from_user():
+                    return original(*args, **kwargs)
+                rec("accelerator-api", f"torch.accelerator.{api}()")
+                return result() if callable(result) else result
+            return fn
+
+        table = {"is_available": lambda: True, "current_accelerator": lambda: torch.device("cuda"),
+                 "device_count": lambda: self.device_count, "current_device_index": 0,
+                 "current_device_idx": 0, "set_device_index": None, "set_device_idx": None,
+                 "synchronize": None, "empty_cache": None, "memory_allocated": 0,
+                 "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0,
+                 "reset_peak_memory_stats": None, "memory_stats": dict,
+                 "device_index": lambda: contextlib.nullcontext()}
+        for api, result in table.items():
+            if hasattr(acc, api):
+                self._patch(acc, api, fake(api, result))
 
     def _install_module(self, rec):
         """Module.cuda()/.to('cuda') on modules without tensors never reach a torch call."""
@@ -273,7 +287,7 @@ class CudaRemapper:
         @functools.wraps(orig_init)
         def autocast_init(this, device_type="cuda", dtype=None, enabled=True, cache_enabled=None):
             if device_type == "cuda":
-                rec("cuda-amp-autocast", "torch.cuda.amp.autocast / torch.autocast('cuda')", depth=3)
+                rec("cuda-amp-autocast", "torch.cuda.amp.autocast / torch.autocast('cuda')", depth=2)
                 device_type = "cpu"
                 dtype = dtype or torch.float16
             return orig_init(this, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
@@ -284,7 +298,7 @@ class CudaRemapper:
         @functools.wraps(orig_scaler)
         def scaler_init(this, device="cuda", *args, **kwargs):
             if device == "cuda":
-                rec("cuda-amp-gradscaler", "torch.cuda.amp.GradScaler", depth=3)
+                rec("cuda-amp-gradscaler", "torch.cuda.amp.GradScaler", depth=2)
                 device = "cpu"
             return orig_scaler(this, device, *args, **kwargs)
 
@@ -311,7 +325,7 @@ class CudaRemapper:
         @functools.wraps(orig_init)
         def init(this, *args, **kwargs):
             if kwargs.get("pin_memory"):
-                rec("pin-memory", "DataLoader(pin_memory=True)", depth=3)
+                rec("pin-memory", "DataLoader(pin_memory=True)", depth=2)
                 kwargs["pin_memory"] = False
             return orig_init(this, *args, **kwargs)
 

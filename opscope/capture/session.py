@@ -37,7 +37,8 @@ class StopScan(BaseException):
 
 class CaptureSession:
     def __init__(self, out_dir: Path, steps: int, step_marker: str = "auto", user_root: str | None = None,
-                 remap: bool = False, export_traces: bool = True, raise_when_done: bool = True):
+                 remap: bool = False, export_traces: bool = True, raise_when_done: bool = True,
+                 keep_compile: bool = False):
         self.out_dir = Path(out_dir)
         self.capture_dir = self.out_dir / "capture"
         self.trace_dir = self.out_dir / "traces"
@@ -47,12 +48,11 @@ class CaptureSession:
         self.raise_when_done = raise_when_done
         self.user_code = UserCode(user_root)
         self.table = SourceTable()
-        self.findings = None
-        self.remapper = None
-        if remap:
-            from opscope.capture.remap import CudaRemapper, RuntimeFindings
-            self.findings = RuntimeFindings(self.user_code)
-            self.remapper = CudaRemapper(self.findings)
+        from opscope.capture.compile_guard import CompileGuard
+        from opscope.capture.remap import CudaRemapper, RuntimeFindings
+        self.findings = RuntimeFindings(self.user_code)
+        self.remapper = CudaRemapper(self.findings) if remap else None
+        self.compile_guard = CompileGuard(self.findings) if not keep_compile else None
         self.tracker = SourceTracker(self.user_code, self.table, self.remapper)
         self.tracker.on_safe_point = self.safe_point
         self.prof = None
@@ -62,6 +62,11 @@ class CaptureSession:
         self.main_thread = threading.get_native_id()
         self._setup_rf = None   # annotation "opscope.setup": from start to the first module forward
         self.optimizer_seen = False
+        self.backward_seen = False      # a backward ran in this run: it trains
+        self.backward_in_step = False   # ... and in the current step
+        self._anchor = None             # first top-level module: inference loops step at its next call
+        self._anchor_done = False
+        self._eval_rf = None            # annotation "opscope.eval" around no-grad/eval forwards
         self.module_depth = 0
         self._hooks: list = []
         self._opt_rf = None
@@ -80,6 +85,8 @@ class CaptureSession:
         self._steps_file = open(self.capture_dir / "steps.jsonl", "a", encoding="utf-8")
         if self.remapper is not None:
             self.remapper.install()
+        if self.compile_guard is not None:
+            self.compile_guard.install()
         self._install_step_hooks()
         self._install_dataloader_tagging()
         self.tracker.__enter__()
@@ -103,6 +110,7 @@ class CaptureSession:
 
     def _stop_profiler(self):
         self._end_setup()
+        self._end_eval()
         prof, self.prof = self.prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
@@ -122,8 +130,12 @@ class CaptureSession:
             self.tracker.boundary_pending = False
             self.step()
 
-    def step(self, partial: bool = False) -> None:
-        """End the current step: record it, start the next one (or stop when done)."""
+    def step(self, partial: bool = False, last: bool = False) -> None:
+        """End the current step: record it, start the next one (or stop when done).
+
+        ``partial``: the step was cut short (not a whole iteration).  ``last``: the
+        script ended; record the step without starting another.
+        """
         with self._lock:
             if self.done or self.prof is None:
                 return
@@ -131,14 +143,16 @@ class CaptureSession:
             prof = self._stop_profiler()
             self.step_index += 1
             self._write_step(prof, duration_us, complete=not partial)
+            self.backward_in_step = False
+            self._anchor_done = False
             finished = self.step_index >= self.max_steps
-            if not finished and not partial:
+            if not finished and not partial and not last:
                 self._start_profiler()
             else:
                 self.done = True
         for callback in self._step_callbacks:
             callback(self.step_index)
-        if self.done and not partial and self.raise_when_done:
+        if self.done and not partial and not last and self.raise_when_done:
             raise StopScan(f"captured {self.step_index} steps")
 
     def _write_step(self, prof, duration_us: float, complete: bool) -> None:
@@ -171,8 +185,12 @@ class CaptureSession:
             record["op_calls"] = calls
             self.step_records.append(record)
 
-    def finish(self) -> None:
-        """Record whatever the current (partial) step has, and write run-time findings."""
+    def finish(self, ended_normally: bool = False) -> None:
+        """Record whatever the current (partial) step has, and write run-time findings.
+
+        When the script ended normally right after a whole iteration (its last one, in a
+        script without ``optimizer.step()``), that iteration counts as complete.
+        """
         if self.tracker.boundary_pending:
             self.tracker.boundary_pending = False
             try:
@@ -180,7 +198,9 @@ class CaptureSession:
             except StopScan:
                 pass
         if not self.done and self.prof is not None:
-            self.step(partial=True)
+            whole = (ended_normally and self._marker() == "iteration" and self.module_depth == 0
+                     and (self.backward_in_step if self.backward_seen else self._anchor_done))
+            self.step(partial=not whole, last=True)
         self.done = True
         self._stop_profiler()
         try:
@@ -192,6 +212,8 @@ class CaptureSession:
         self._hooks.clear()
         if self.remapper is not None:
             self.remapper.uninstall()
+        if self.compile_guard is not None:
+            self.compile_guard.uninstall()
         self.write_findings()
         if not self._steps_file.closed:
             self._steps_file.close()
@@ -244,27 +266,74 @@ class CaptureSession:
 
         def fwd_pre(module, args):
             if session.module_depth == 0:
+                if session._iteration_boundary(module):
+                    session.tracker.boundary_pending = True
                 session.safe_point()
+                session._enter_top_level(module)
             session.module_depth += 1
             session._end_setup()
 
         def fwd_post(module, args, output):
             session.module_depth -= 1
-            if session.module_depth == 0 and session._marker() == "module":
-                session.request_step()
+            if session.module_depth == 0:
+                session._leave_top_level(module)
+                if session._marker() == "module":
+                    session.request_step()
 
         self._hooks.append(register_module_forward_pre_hook(fwd_pre))
         self._hooks.append(register_module_forward_hook(fwd_post))
-        if self.step_marker == "backward":
-            orig_backward = torch.Tensor.backward
+        orig_autograd_backward = torch.autograd.backward
 
-            def backward(this, *args, **kwargs):
-                out = orig_backward(this, *args, **kwargs)
-                session.request_step()
-                return out
+        def autograd_backward(*args, **kwargs):
+            out = orig_autograd_backward(*args, **kwargs)
+            if threading.get_native_id() == session.main_thread:
+                session.backward_seen = True
+                session.backward_in_step = True
+                if session.step_marker == "backward":
+                    session.request_step()
+            return out
 
-            torch.Tensor.backward = backward
-            self._hooks.append(_Restore(torch.Tensor, "backward", orig_backward))
+        torch.autograd.backward = autograd_backward
+        self._hooks.append(_Restore(torch.autograd, "backward", orig_autograd_backward))
+
+    # -- iterations without optimizer.step() ---------------------------------------------
+    # A training iteration is forward + backward + parameter update.  Scripts that update
+    # parameters by hand (``p.data.add_(p.grad, alpha=-lr)``) have no optimizer hook, and a
+    # loss module is a top-level module call of its own, so neither marks the end of one.
+    # The next *training* forward (grad enabled, module in train mode) after a backward
+    # does: it begins the next iteration.  Scripts that never run a backward (inference
+    # loops) step at each new call of the first top-level module.  Top-level forwards under
+    # ``no_grad``/``eval()`` of a training script (evaluation, sampling callbacks) are
+    # labelled ``eval`` and never end or split a step.
+    def _is_training_forward(self, module) -> bool:
+        return torch.is_grad_enabled() and bool(getattr(module, "training", False))
+
+    def _iteration_boundary(self, module) -> bool:
+        if self.step_marker != "auto" or self.optimizer_seen or self.prof is None:
+            return False
+        if self.backward_seen:
+            return self.backward_in_step and self._is_training_forward(module)
+        return self._anchor is not None and module is self._anchor and self._anchor_done
+
+    def _enter_top_level(self, module) -> None:
+        if self._anchor is None:
+            self._anchor = module
+        training_script = self.backward_seen or self.optimizer_seen
+        if training_script and not self._is_training_forward(module) and self.prof is not None:
+            rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+            if rf_cls is not None and self._eval_rf is None:
+                self._eval_rf = rf_cls("opscope.eval")
+                self._eval_rf.__enter__()
+
+    def _leave_top_level(self, module) -> None:
+        if module is self._anchor:
+            self._anchor_done = True
+        self._end_eval()
+
+    def _end_eval(self) -> None:
+        if self._eval_rf is not None:
+            rf, self._eval_rf = self._eval_rf, None
+            rf.__exit__(None, None, None)
 
     def _end_setup(self) -> None:
         if self._setup_rf is not None:
@@ -274,7 +343,7 @@ class CaptureSession:
     def _marker(self) -> str:
         if self.step_marker != "auto":
             return self.step_marker
-        return "optimizer" if self.optimizer_seen else "module"
+        return "optimizer" if self.optimizer_seen else "iteration"
 
     def _install_dataloader_tagging(self) -> None:
         """Batches from a DataLoader carry its construction line as their shape origin."""

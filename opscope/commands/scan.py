@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _check_out(out)
     from opscope.analysis.verdicts import resolve_target
-    resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything  # fail fast on an unknown torch_npu version, before running anything
+    resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
     from opscope.capture.runner import run_script
     if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
         raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
@@ -143,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
                         f"to {out / 'scan.json'}", code)
     score = (result.summary or {}).get("readiness_score")
-    if args.fail_under is not None and score is not None and score < args.fail_under:
-        raise UserError(f"readiness score {score} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
+    if args.fail_under is not None and (score is None or score < args.fail_under):
+        shown = "n/a (nothing was measured)" if score is None else score
+        raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
 
 
