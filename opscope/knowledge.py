@@ -25,6 +25,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "host_sync_ops": list, "python_to_aten": dict,
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
+    "runtime_remaps.yaml": {"rules": dict},
     "verify_standards.yaml": {"schema": str, "dtypes": dict, "standards": dict, "accuracy_reached": dict,
                               "index_outputs": dict, "skip": dict, "inputs": dict},
 }
