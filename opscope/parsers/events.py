@@ -254,9 +254,17 @@ class ProfileBuilder:
             if cached is None:
                 cached = self._shared[("types", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
             return cached
-        if raw is not None and not (isinstance(raw, list) and all(t is None or isinstance(t, str) for t in raw)):
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
             raise ValueError("'Input type' is neither a string nor a list of strings")
-        return self._share(raw)
+        key = _freeze(raw)
+        hit = self._shared.get(key)
+        if hit is None:   # checked once per distinct list, not once per event
+            if not all(t is None or isinstance(t, str) for t in raw):
+                raise ValueError("'Input type' holds something other than strings")
+            hit = self._shared[key] = raw
+        return hit
 
     @staticmethod
     def _source(stack) -> str | None:
