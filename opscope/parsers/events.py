@@ -48,7 +48,8 @@ class _Clock:
             if self.base is None:
                 self.base = whole
             return (whole - self.base) + (float("0." + frac) if frac.strip() else 0.0)
-        value = _number(value, "ts")
+        if type(value) is not float or not -MAX_TIME_US <= value <= MAX_TIME_US:
+            value = _number(value, "ts")
         if self.base is None:
             self.base = int(value)
         return value - self.base
@@ -66,6 +67,8 @@ def _number(value, key: str) -> float:
 
 
 def _duration(value) -> float:
+    if type(value) is float and 0.0 <= value <= MAX_TIME_US:
+        return value
     if isinstance(value, str):  # Ascend writes some durations as strings
         try:
             value = float(value)
@@ -104,18 +107,28 @@ def _split_semicolons(text: str) -> list[str]:
     return [part.strip() for part in text.split(";")]
 
 
-def _freeze(value, depth: int = 0):
-    """A hashable copy of a shapes/dtypes/inputs list, checked on the way: lists at most
-    MAX_NESTING deep, no objects inside, integers in 64-bit range."""
+def _freeze(value):
+    """A hashable copy of a shapes/dtypes/inputs list (the cache key); unhashable content
+    (an object inside) raises TypeError, absurd nesting RecursionError."""
     if isinstance(value, list):
-        if depth >= MAX_NESTING:
-            raise ValueError(f"an argument list is nested deeper than {MAX_NESTING} levels")
-        return tuple(_freeze(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        raise ValueError("an argument list holds an object")
-    if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT < value < MAX_INT:
-        raise ValueError("an argument list holds an integer out of range")
+        return tuple(_freeze(v) for v in value)
     return value
+
+
+def _check_args(value) -> None:
+    """An argument list as torch writes it: lists at most MAX_NESTING deep, no objects,
+    integers in 64-bit range.  Iterative; run once per distinct list (on a cache miss)."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, list):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"an argument list is nested deeper than {MAX_NESTING} levels")
+            todo.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            raise ValueError("an argument list holds an object")
+        elif isinstance(item, int) and not isinstance(item, bool) and not -MAX_INT < item < MAX_INT:
+            raise ValueError("an argument list holds an integer out of range")
 
 
 @contextmanager
@@ -161,9 +174,14 @@ class ProfileBuilder:
         """One shared object per distinct value (names, shape lists, dtype lists)."""
         if value is None:
             return None
-        key = value if isinstance(value, str) else _freeze(value)
+        if isinstance(value, str):
+            key = value
+        else:
+            key = _freeze(value)
         hit = self._shared.get(key)
         if hit is None:
+            if not isinstance(value, str):
+                _check_args(value)
             hit = self._shared[key] = value
         return hit
 
@@ -191,7 +209,9 @@ class ProfileBuilder:
                     args = {}
                 elif not isinstance(args, dict):
                     raise ValueError(f"'args' is {type(args).__name__}, expected an object")
-                pid, tid = _ident(ev.get("pid")), _ident(ev.get("tid"))
+                pid, tid = ev.get("pid"), ev.get("tid")
+                if type(pid) is not int or type(tid) is not int:   # the common case needs no check
+                    pid, tid = _ident(pid), _ident(tid)
                 if ph == "X":
                     if cat in host_cats:
                         dims = args.get("Input Dims")
@@ -232,7 +252,10 @@ class ProfileBuilder:
                         self.process_labels[pid] = args.get("labels")
             except FormatError:
                 raise
-            except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+            except RecursionError:
+                raise FormatError(f"an argument list is nested deeper than {MAX_NESTING} levels",
+                                  where=f"event {index}") from None
+            except (TypeError, ValueError, AttributeError, OverflowError) as exc:
                 raise FormatError(f"malformed event ({exc})", where=f"event {index}") from None
 
     # ------------------------------------------------------------------ parsing helpers
@@ -261,7 +284,7 @@ class ProfileBuilder:
         key = _freeze(raw)
         hit = self._shared.get(key)
         if hit is None:   # checked once per distinct list, not once per event
-            if not all(t is None or isinstance(t, str) for t in raw):
+            if not all(t is None or type(t) is str for t in raw):
                 raise ValueError("'Input type' holds something other than strings")
             hit = self._shared[key] = raw
         return hit
