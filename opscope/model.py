@@ -15,6 +15,9 @@ SCAN_SCHEMA = "opscope.scan/1"
 
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
 VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
+CAUSES = ("input-varies", "data-dependent-output", "host-sync")
+ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "data-dependent-output", "host-sync",
+              "untraced")
 
 
 def _clean(value: Any) -> Any:
@@ -38,6 +41,8 @@ def _clean(value: Any) -> Any:
 
 
 class _Record:
+    __slots__ = ()   # lets record types with many instances (OpCall) use slots
+
     def to_dict(self) -> dict:
         return _clean(self)
 
@@ -49,12 +54,13 @@ class _Record:
         return record
 
     def keep_unknown(self, fields: dict) -> None:
-        """Remember fields of a newer schema so that ``to_dict`` writes them back unchanged."""
-        if fields:
+        """Remember fields of a newer schema so that ``to_dict`` writes them back unchanged
+        (records with ``__slots__``, never stored in scan.json, have nowhere to keep them)."""
+        if fields and hasattr(self, "__dict__"):
             self.unknown_fields = dict(fields)
 
 
-@dataclass
+@dataclass(slots=True)   # a capture holds one per distinct call of every step: keep them small
 class OpCall(_Record):
     """One operator invocation as recorded by a profiler (or parsed from a trace).
 
@@ -82,8 +88,11 @@ class OpCall(_Record):
     seq_nr: int = -1
     start_us: float = 0.0
     children: list[str] = field(default_factory=list)
-    device: str = "host"   # "device": touched tensors the script put on its accelerator
-    count: int = 1         # identical calls this record stands for (a table row's "# of Calls"); times are totals
+    device: str = "host"   # "device": touched tensors the script put on its accelerator; "import": ran
+    #                        on host tensors while a library was being imported
+    origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
+    count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
+    #                        "# of Calls", a scan operator's share of a step); times are summed
 
     def signature(self) -> tuple:
         return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
@@ -103,6 +112,9 @@ class Step(_Record):
     op_calls: int = 0
     phase_time_us: dict = field(default_factory=dict)
     complete: bool = True
+    # what ran unprofiled to bound memory: {"after_calls": N, "where": "file:line"} when
+    # recording stopped after N torch calls; {"eval_forwards": M} sampling/eval forwards skipped
+    unrecorded: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -128,6 +140,8 @@ class Operator(_Record):
     steps: list[int] = field(default_factory=list)
     dynamic: bool = False
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
+    import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
+    steady_time_us: float | None = None  # median self time per steady-state step (None: no such step)
     verdict: str | None = None
     evidence: dict = field(default_factory=dict)
     substitute: dict | None = None
@@ -151,13 +165,19 @@ class DynamicShape(_Record):
 
 @dataclass
 class RootCause(_Record):
-    """A user source line that makes downstream operators dynamic: what to fix."""
+    """A user source line that makes downstream operators dynamic: what to fix.
+
+    ``kind`` says how the varying size enters there (``ROOT_KINDS``); ``related`` lists
+    lines that only pass the same varying size on (folded into this cause).
+    """
     source: str | None
     cause: str
     ops: list[str] = field(default_factory=list)
     varying_dims: list[dict] = field(default_factory=list)
     suggestion: str = ""
     evidence: str = ""
+    kind: str = ""
+    related: list = field(default_factory=list)
 
 
 @dataclass

@@ -99,8 +99,8 @@ def test_gpu_style_script_rewrites(tmp_path):
     ("import torch\r\nx = torch.zeros(2).cuda()\r\n", "import torch\r\nimport torch_npu  # added by opscope migrate: "
      "registers the NPU device with torch\r\nx = torch.zeros(2).npu()\r\n", set()),
     ('"""Doc."""\nfrom __future__ import annotations\ntry:\n    import torch\nexcept ImportError:\n    torch = None\n'
-     'd = "cuda"\n', '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu  # added by opscope migrate: '
-     'registers the NPU device with torch\ntry:\n    import torch\nexcept ImportError:\n    torch = None\nd = "npu"\n',
+     'device = "cuda"\n', '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu  # added by opscope migrate: '
+     'registers the NPU device with torch\ntry:\n    import torch\nexcept ImportError:\n    torch = None\ndevice = "npu"\n',
      set()),
     ("import torch\nimport torch_npu\ndist_backend = 'nccl'\n", "import torch\nimport torch_npu\ndist_backend = 'hccl'\n",
      set()),
@@ -110,7 +110,8 @@ def test_gpu_style_script_rewrites(tmp_path):
     # a config module without torch: strings change, the import is left to the entry script
     ("DEVICE = 'cuda:1'\n", "DEVICE = 'npu:1'\n", {"import-torch-npu"}),
     # a torch.cuda member with no confirmed torch_npu equivalent is left alone
-    ("import torch\nv = torch.cuda.nccl.version()\n", "import torch\nv = torch.cuda.nccl.version()\n", {"cuda-api"}),
+    ("import torch\nv = torch.cuda.ipc_collect()\n", "import torch\nv = torch.cuda.ipc_collect()\n", {"cuda-api"}),
+    ("import torch\nv = torch.cuda.nccl.version()\n", "import torch\nv = torch.cuda.nccl.version()\n", {"nccl-api"}),
     # an expression split over lines is not rewritten
     ("import torch\ntorch.cuda \\\n    .synchronize()\n", "import torch\ntorch.cuda \\\n    .synchronize()\n",
      {"cuda-synchronize"}),
@@ -254,3 +255,54 @@ def test_out_that_cannot_be_created_is_exit_2_before_any_work(tmp_path):
     proc = _opscope("migrate", "t.py", "--out", tmp_path / "file" / "sub", cwd=tmp_path)
     assert proc.returncode == 2 and "cannot create --out" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_porting_idioms_rewrite_device_strings_and_leave_judgement(tmp_path):
+    """Formatted device strings and is_nccl_available are rewritten; kwargs-dict pin_memory,
+    comparisons, version probes and torch.cuda.nccl are left with a reason; a TVM target, log
+    text and dict keys are never touched."""
+    source = (STATIC / "port_idioms.py").read_text()
+    result = migrate_source(source, "port_idioms.py")
+    assert result.error is None and result.import_added
+    before, after = source.splitlines(), result.patched.splitlines()
+    changed = {b: a for b, a in zip(before, [l for l in after if "added by opscope migrate" not in l]) if a != b}
+    assert {b.strip(): a.strip() for b, a in changed.items()} == {
+        'p.add_argument("--device", default="cuda")': 'p.add_argument("--device", default="npu")',
+        'return "cuda" if torch.cuda.is_available() else "cpu"': 'return "npu" if torch_npu.npu.is_available() else "cpu"',
+        "torch.cuda.set_device(gpu)": "torch_npu.npu.set_device(gpu)",
+        'device = torch.device("cuda:{}".format(gpu))': 'device = torch.device("npu:{}".format(gpu))',
+        'replica = torch.device(f"cuda:{gpu + 1}")': 'replica = torch.device(f"npu:{gpu + 1}")',
+        'spare = torch.zeros(1, device="cuda:%d" % gpu)': 'spare = torch.zeros(1, device="npu:%d" % gpu)',
+        "if dist.is_nccl_available():": "if dist.is_hccl_available():",
+        'dist.init_process_group("nccl")': 'dist.init_process_group("hccl")',
+    }
+    ast.parse(result.patched)
+    assert {(s.rule, s.line) for s in result.skipped} == {
+        ("pin-memory", 28), ("drop-last", 31), ("pin-memory", 32), ("nccl-api", 46), ("cuda-version", 46),
+        ("pin-memory", 55), ("cuda-device-check", 57), ("is-cuda", 57)}
+    reasons = {s.rule: s.reason for s in result.skipped}
+    assert "branch" in reasons["cuda-device-check"] and "CANN" in reasons["cuda-version"]
+
+
+@pytest.mark.parametrize("source, expected, skipped", [
+    ("import torch\nx = torch.ones(1).to('cuda:' + str(1))\n",
+     "import torch\nimport torch_npu  # added by opscope migrate: registers the NPU device with torch\n"
+     "x = torch.ones(1).to('npu:' + str(1))\n", set()),
+    # a name imported on its own is left alone: the import would have to change too
+    ("import torch\nfrom torch.distributed import is_nccl_available\nok = is_nccl_available()\n",
+     "import torch\nfrom torch.distributed import is_nccl_available\nok = is_nccl_available()\n", {"nccl-available"}),
+    # an argparse device option: its default and choices change together; another option's do not
+    ("import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda', choices=['cpu', 'cuda'])\n"
+     "p.add_argument('--tvm-target', default='cuda', choices=['cuda', 'llvm'])\nx = torch.ones(1).to(p.parse_args().device)\n",
+     "import argparse, torch\nimport torch_npu  # added by opscope migrate: registers the NPU device with torch\n"
+     "p = argparse.ArgumentParser()\np.add_argument('--device', default='npu', choices=['cpu', 'npu'])\n"
+     "p.add_argument('--tvm-target', default='cuda', choices=['cuda', 'llvm'])\nx = torch.ones(1).to(p.parse_args().device)\n",
+     set()),
+    # a 'cuda' string that is not a device is not touched
+    ("import torch\nimport tvm\nt = tvm.target.Target('cuda')\n", "import torch\nimport tvm\nt = tvm.target.Target('cuda')\n",
+     set()),
+])
+def test_new_rule_rewrites(source, expected, skipped):
+    result = migrate_source(source, "m.py")
+    assert result.patched == expected
+    assert {s.rule for s in result.skipped} == skipped

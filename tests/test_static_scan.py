@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import textwrap
@@ -145,6 +146,134 @@ def test_import_and_alias_resolution(tmp_path, source, expected):
     assert _pairs(_scan_text(tmp_path, source)) == expected
 
 
+def _line_of(path: Path, text: str) -> int:
+    [line] = [i for i, l in enumerate(path.read_text().splitlines(), 1) if text in l]
+    return line
+
+
+def test_porting_idioms_found_with_honest_severity_and_nothing_else():
+    """Formatted device strings, kwargs dicts, pin_memory(), version/NCCL probes are found; a
+    comparison is info; TVM targets, log messages and dict keys are not findings."""
+    path = STATIC / "port_idioms.py"
+    at = functools.partial(_line_of, path)
+    expected = {
+        (at('add_argument("--device"'), "cuda-device", "error"),         # read by .to(args.device)
+        (at('return "cuda" if'), "cuda-device", "error"),                 # pick_device() -> .to(...)
+        (at('return "cuda" if'), "cuda-is-available", "warning"),
+        (at('cuda_kwargs = {'), "pin-memory", "warning"),                 # reaches DataLoader via .update + **
+        (at("train = tud.DataLoader"), "drop-last", "info"),
+        (at("extra = dict(pin_memory=True"), "pin-memory", "warning"),    # dict(...) passed as **extra
+        (at("torch.cuda.set_device(gpu)"), "cuda-set-device", "error"),
+        (at('torch.device("cuda:{}".format(gpu))'), "cuda-device", "error"),
+        (at('torch.device(f"cuda:{gpu + 1}")'), "cuda-device", "error"),
+        (at('device="cuda:%d" % gpu'), "cuda-device", "error"),
+        (at("dist.is_nccl_available()"), "nccl-available", "warning"),
+        (at('dist.init_process_group("nccl")'), "nccl-backend", "error"),
+        (at("torch.cuda.nccl.version()"), "nccl-api", "error"),
+        (at("torch.cuda.nccl.version()"), "cuda-version", "warning"),     # torch.version.cuda on the same line
+        (at("x.pin_memory()"), "pin-memory", "warning"),
+        (at('x.device.type == "cuda"'), "cuda-device-check", "info"),
+        (at('x.device.type == "cuda"'), "is-cuda", "info"),
+    }
+    findings = scan_paths([path])
+    assert {(f.line, f.rule, f.severity) for f in findings} == expected
+    by = {(f.line, f.rule): f for f in findings}
+    assert by[(at("cuda_kwargs = {"), "pin-memory")].api == \
+        f"torch.utils.data.DataLoader(**kwargs) on line {at('train = tud.DataLoader')}"
+    assert "is_hccl_available" in by[(at("dist.is_nccl_available()"), "nccl-available")].replacement
+    assert "torch.version.cann" in by[(at("torch.cuda.nccl.version()"), "cuda-version")].replacement
+    assert "hccl" in by[(at("torch.cuda.nccl.version()"), "nccl-api")].replacement
+    line = at('device="cuda:%d" % gpu')
+    assert by[(line, "cuda-device")].column == path.read_text().splitlines()[line - 1].index('"cuda:%d"') + 1
+
+
+@pytest.mark.parametrize("source, expected", [
+    # formatted device strings, in every place a device is read
+    ("import torch\nd = torch.device('cuda:{}'.format(0))\n", {(2, "cuda-device", "error")}),
+    ("import torch as t\nr = 1\nd = t.device(f'cuda:{r}')\n", {(3, "cuda-device", "error")}),
+    ("from torch import device as D\nd = D('cuda:%d' % 3)\n", {(2, "cuda-device", "error")}),
+    ("import torch\nx = torch.ones(1).to('cuda:' + str(2))\n", {(2, "cuda-device", "error")}),
+    ("import torch\nsd = torch.load('m.pt', map_location='cuda:{}'.format(1))\n", {(2, "cuda-load", "error")}),
+    ("import torch\nloc = 'cuda:{}'.format(1)\nsd = torch.load('m.pt', map_location=loc)\n",
+     {(2, "cuda-device", "error")}),
+    ("i = 0\ndev = f'cuda:{i}'\nmodel.to(dev)\n", {(2, "cuda-device", "error")}),
+    # ... through a parameter default, a call of a local function, a return value, a class attribute
+    ("def train(model, where='cuda'):\n    return model.to(where)\n", {(1, "cuda-device", "error")}),
+    ("def train(model, where):\n    return model.to(where)\ntrain(None, 'cuda:1')\n", {(3, "cuda-device", "error")}),
+    ("def where():\n    return 'cuda'\nm = model.to(where())\n", {(2, "cuda-device", "error")}),
+    ("import torch\nclass Cfg:\n    run_on = 'cuda'\nx = torch.zeros(1, device=Cfg.run_on)\n",
+     {(3, "cuda-device", "error")}),
+    ("import torch\nclass Net(torch.nn.Module):\n    def __init__(self, where):\n        super().__init__()\n"
+     "        self.lin = torch.nn.Linear(2, 2).to(where)\nnet = Net('cuda' if torch.cuda.is_available() else 'cpu')\n",
+     {(6, "cuda-device", "error"), (6, "cuda-is-available", "warning")}),
+    # ... or a setting named like a device, read in another module
+    ("DEVICE = 'cuda:1'\n", {(1, "cuda-device", "error")}),
+    ("class Config:\n    default_device: str = 'cuda'\n", {(2, "cuda-device", "error")}),
+    # comparisons are info; x.is_cuda too
+    ("import torch\nx = torch.ones(1)\nif x.device.type == 'cuda':\n    pass\n", {(3, "cuda-device-check", "info")}),
+    ("def f(d):\n    return 'cuda' in str(d) or d.startswith('cuda:0')\n",
+     {(2, "cuda-device-check", "info")}),
+    ("def f(x):\n    return x.is_cuda\n", {(2, "is-cuda", "info")}),
+    ("import torch.distributed as dist\nif dist.get_backend() == 'nccl':\n    pass\nb = 'nccl'\n",
+     {(2, "nccl-backend-check", "info"), (4, "nccl-backend", "error")}),
+    ("def f(kind):\n    match kind:\n        case 'cuda':\n            return 1\n", {(3, "cuda-device-check", "info")}),
+    ("import torch\ndef on_gpu(x):\n    return x.device == torch.device('cuda:0')\n", {(3, "cuda-device-check", "info")}),
+    # not a device: TVM targets, log and print text, dict keys, a variable only a non-torch API reads
+    ("import tvm\nt = tvm.target.Target('cuda')\nlib = tvm.build(None, target='cuda')\ndev = tvm.cuda(0)\n", set()),
+    ("import tvm\ntarget = 'cuda'\nlib = tvm.build(None, target=target)\n", set()),
+    ("import logging\nlogging.info('cuda')\nrank = 0\nprint(f'cuda:{rank}')\nprint('cuda:{}'.format(rank))\n", set()),
+    ("timings = {'cuda': 1.0}\ntimings['cuda'] += 1\nbackend_names = {'gpu': 'cuda'}\n", set()),
+    ("import os\nflavour = os.environ.get('FLAVOUR', 'cuda')\nprint(flavour)\n", set()),
+    # pin_memory in a kwargs dict, found at the entry; silent where it is off or never reaches a DataLoader
+    ("import torch\nkw = {'num_workers': 4, 'pin_memory': True}\nl = torch.utils.data.DataLoader([1], drop_last=True, **kw)\n",
+     {(2, "pin-memory", "warning")}),
+    ("import torch\nkw = {'pin_memory': True} if torch.cuda.is_available() else {}\n"
+     "l = torch.utils.data.DataLoader([1], drop_last=True, **kw)\n",
+     {(2, "pin-memory", "warning"), (2, "cuda-is-available", "warning")}),
+    ("from torch.utils.data import DataLoader\nkw = dict(batch_size=8)\nkw['pin_memory'] = True\n"
+     "l = DataLoader([1], **kw)\n", {(3, "pin-memory", "warning"), (4, "drop-last", "info")}),
+    ("from torch.utils.data import DataLoader\nl = DataLoader([1], **dict(pin_memory=True, drop_last=True))\n",
+     {(2, "pin-memory", "warning")}),
+    ("from torch.utils.data import DataLoader\nkw = {'pin_memory': False, 'drop_last': True}\nl = DataLoader([1], **kw)\n",
+     set()),
+    ("settings = {'pin_memory': True}\nprint(settings)\n", set()),
+    # drop_last: found in a followed dict, silent when the **kwargs cannot be followed
+    ("import torch\ndef make(ds, **kw):\n    return torch.utils.data.DataLoader(ds, **kw)\n", set()),
+    # tensor.pin_memory()
+    ("import torch\nx = torch.ones(2).pin_memory()\n", {(2, "pin-memory", "warning")}),
+    ("from mylib import pin_memory\nx = pin_memory([1])\n", set()),
+    # version and NCCL probes, with aliases
+    ("import torch as t\nif t.version.cuda:\n    pass\n", {(2, "cuda-version", "warning")}),
+    ("from torch import version\nv = version.cuda\n", {(2, "cuda-version", "warning")}),
+    ("import mylib\nv = mylib.version.cuda\n", set()),
+    ("from torch.distributed import is_nccl_available\nok = is_nccl_available()\n",
+     {(2, "nccl-available", "warning")}),
+    ("from torch.cuda import nccl\nnccl.all_reduce([])\n", {(2, "nccl-api", "error")}),
+])
+def test_device_string_flow_and_new_rules(tmp_path, source, expected):
+    assert {(f.line, f.rule, f.severity) for f in _scan_text(tmp_path, source)} == expected
+
+
+def test_device_flow_is_data(tmp_path):
+    """What reads a device is the rules file's device_flow section: make `target=` one and the
+    TVM target is found; drop `to` and a variable read only by .to() is not."""
+    source = "import tvm\nt = 'cuda'\nlib = tvm.build(None, target=t)\nx = model.to(f'cuda:{0}')\n"
+    assert {(h.line, h.rule.id) for h in scan_source(source)} == {(4, "cuda-device")}
+    data = yaml.safe_load(RULES_FILE.read_text())
+    data["device_flow"]["kwargs"].append("target")
+    data["device_flow"]["methods"].remove("to")
+    custom = tmp_path / "rules.yaml"
+    custom.write_text(yaml.safe_dump(data))
+    rules = load_rules(str(custom))
+    assert {(h.line, h.rule.id) for h in scan_source(source, rules=rules)} == {(2, "cuda-device"), (4, "cuda-device")}
+    assert {(h.line, h.rule.id) for h in scan_source("w = 'cuda'\nm = model.to(w)\n", rules=rules)} == set()
+    data["rules"][0]["flows"] = ["somewhere"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match="flows"):
+        load_rules(str(broken))
+
+
 def test_multiline_call_is_reported_on_the_line_python_reports_at_run_time(tmp_path):
     """The run-time remapper sees f_lineno: the attribute's line for method calls."""
     source = "import torch\nmodel = (torch.nn.Linear(2, 2)\n         .cuda())\nloader = torch.utils.data.DataLoader(\n    [1],\n    pin_memory=True,\n    drop_last=True)\n"
@@ -235,10 +364,16 @@ def test_rules_are_data(tmp_path):
 
 
 def test_rule_ids_cover_every_runtime_remap_id():
+    remaps = yaml.safe_load((HERE.parent / "support_matrix" / "runtime_remaps.yaml").read_text())["rules"]
     remap_source = (HERE.parent / "opscope" / "capture" / "remap.py").read_text()
-    runtime_ids = set(re.findall(r'^\s+"([a-z0-9-]+)": \(', remap_source, flags=re.M))
+    recorded = set(re.findall(r'(?:record|rec)\("([a-z0-9-]+)"', remap_source))
+    runtime_ids = set(remaps) | recorded
+    assert recorded and recorded <= set(remaps)   # every id the remapper records is described
+    # notes on what the scan itself did (a device-generic API, compile made a no-op): no CUDA API to find
+    runtime_only = {"accelerator-api", "torch-compile"}
     yaml_ids = {r.id for r in load_rules().rules}
-    assert runtime_ids and runtime_ids <= yaml_ids
+    assert runtime_only <= set(remaps) and not runtime_only & yaml_ids
+    assert runtime_ids - runtime_only <= yaml_ids
     for rule in load_rules().rules:
         assert rule.severity in ("error", "warning", "info")
         assert rule.names or rule.methods or rule.attributes or rule.strings or rule.imports or rule.files or rule.cpp

@@ -1,17 +1,20 @@
 """Fold individual operator calls into one ``Operator`` per distinct signature."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
+from statistics import median
 
 from opscope.analysis.overloads import overload_for
 from opscope.model import OpCall, Operator
 
 
-def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
+def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | None = None) -> list[Operator]:
     """Group calls by (name, overload, input shapes, dtypes); sum calls and times.
 
     ``phase``/``source``/``parent`` are the most common values; all seen values are kept
-    in ``phases``/``sources``.  Sorted by total self time, biggest first.
+    in ``phases``/``sources``.  Sorted by total self time, biggest first.  With
+    ``steady_steps``, ``steady_time_us`` is each signature's median self time per step
+    over those steps (0 for a step without it): set-up and first-step work weigh nothing.
     """
     groups: dict[tuple, dict] = {}
     for call in calls:
@@ -22,19 +25,23 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
         if g is None:
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
                                "phases": Counter(), "sources": Counter(), "parents": Counter(),
-                               "children": {}, "steps": set(), "on_device": False}
-        g["calls"] += 1
+                               "children": {}, "steps": set(), "on_device": False, "import": True,
+                               "per_step": defaultdict(float)}
+        n = int(getattr(call, "count", 1) or 1)
+        g["calls"] += n
         g["self"] += call.self_time_us
         g["total"] += call.total_time_us
         g["device"] += call.device_time_us
-        g["phases"][call.phase] += 1
+        g["phases"][call.phase] += n
         if call.source:
-            g["sources"][call.source] += 1
-        g["parents"][call.parent] += 1
+            g["sources"][call.source] += n
+        g["parents"][call.parent] += n
         for child in call.children:
             g["children"].setdefault(child, None)
         g["steps"].add(call.step)
         g["on_device"] = g["on_device"] or call.device == "device"
+        g["import"] = g["import"] and call.device == "import"
+        g["per_step"][call.step] += call.self_time_us
     operators = []
     for g in groups.values():
         first: OpCall = g["first"]
@@ -48,7 +55,9 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0) -> list[Operator]:
             source=g["sources"].most_common(1)[0][0] if g["sources"] else None,
             sources=[s for s, _ in g["sources"].most_common()],
             parent=parent, top_level=parent is None, children=list(g["children"]),
-            steps=sorted(g["steps"]), on_device=g["on_device"],
+            steps=sorted(g["steps"]), on_device=g["on_device"], import_time=g["import"],
+            steady_time_us=round(median(g["per_step"].get(s, 0.0) for s in steady_steps), 3)
+            if steady_steps else None,
         ))
     operators.sort(key=lambda o: (-o.self_time_us, o.name))
     return operators

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from opscope import __version__
 from opscope.analysis.aggregate import aggregate
-from opscope.analysis.dynamic_shapes import find_dynamic_shapes
+from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.capture.store import load_capture
 from opscope.model import ScanResult
 
@@ -44,10 +44,13 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     indices = [s.index for s in steps]
     baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)
     complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.get("steps", 0))
-    operators = aggregate(calls)
+    # steady state: complete steps after the baseline step (set-up and step 1 excluded)
+    steady = [s.index for s in steps if s.complete and s.index > baseline]
+    operators = aggregate(calls, steady_steps=steady)
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources or [op.source]))
+    uses_device = any(op.on_device for op in operators)
     host_note = _classify_host_ops(operators)
     result = ScanResult(
         script=str(Path(script).resolve()), argv=list(argv), device=device,
@@ -63,17 +66,45 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if steps and done < settings.get("steps", 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
+    result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)
+    result.notes.extend(unrecorded_notes(steps))
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
                         "training step); ranks started with torch.multiprocessing.spawn are not captured: "
                         "scan one rank's code path in-process instead")
     _add_static_findings(result, static_paths)
-    _add_verdicts(result, target)
+    _add_verdicts(result, target, uses_device)
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def unrecorded_notes(steps) -> list[str]:
+    """Say which parts of which steps ran unprofiled (capture memory is bounded per step)."""
+    notes = []
+    capped = [s for s in steps if (s.unrecorded or {}).get("after_calls")]
+    if capped:
+        first = capped[0].unrecorded
+        where = f" (at {first['where']})" if first.get("where") else ""
+        why = first.get("reason") or "--max-step-calls"
+        notes.append(f"step(s) {', '.join(str(s.index) for s in capped)}: recording stopped after "
+                     f"{first['after_calls']:,} torch calls{where} ({why}); the rest of each such step "
+                     "ran unprofiled, so its operators are missing from this report")
+    closures = [s for s in steps if (s.unrecorded or {}).get("closure_forwards")]
+    if closures:
+        total = sum(int(s.unrecorded["closure_forwards"]) for s in closures)
+        notes.append(f"{total:,} repeated closure evaluation(s) inside optimizer.step(closure) in step(s) "
+                     f"{', '.join(str(s.index) for s in closures)} ran unprofiled after the first "
+                     "evaluations of each step (they repeat the recorded operators)")
+    skipped = [s for s in steps if (s.unrecorded or {}).get("eval_forwards")]
+    if skipped:
+        total = sum(int(s.unrecorded["eval_forwards"]) for s in skipped)
+        notes.append(f"{total:,} evaluation/sampling forward call(s) under no_grad/eval() in step(s) "
+                     f"{', '.join(str(s.index) for s in skipped)} ran unprofiled after the first few of each "
+                     "step (they repeat the recorded ones; labelled phase 'eval')")
+    return notes
 
 
 def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | None:
@@ -119,36 +150,52 @@ def _refuse_empty_measurement(result: ScanResult, outcome, settings: dict) -> No
 def _classify_host_ops(operators) -> str | None:
     """Which operators would stay on the host after porting.
 
-    When the script puts tensors on its accelerator (``.cuda()``, ``device='cuda'``...),
-    operators that only ever touched host tensors (data preparation, metrics on CPU
-    tensors, model initialisation before ``.cuda()``) keep running on the CPU after the
-    port: they need no NPU kernel.  A script that never uses an accelerator is ported
-    whole, so then every operator is a candidate.
+    Set-up and data-loading work (phase ``other``: before the first forward, inside a
+    DataLoader's ``next()``) on host tensors keeps running on the CPU after the port (data
+    preparation, a sparse matrix built with scipy, model initialisation before ``.cuda()``):
+    it needs no NPU kernel.  In a script that puts tensors on its accelerator, operators
+    that touched its tensors stay candidates; in a script that uses no accelerator, set-up
+    is assumed to stay on the host as well (the evidence says so).  Operators that only ran
+    while a library was being imported (version probes) are not training work at all.
     """
-    if not any(op.on_device for op in operators):
-        for op in operators:
-            op.on_device = True
-        return None
+    uses_device = any(op.on_device for op in operators)
+    imported = [op for op in operators if op.import_time]
+    notes = [f"{len(imported)} operator signature(s) only ran while a library was being imported "
+             "(module-level code such as version probes): not training work, no NPU kernel needed"] if imported else []
     # Conservative: only set-up and data-loading work (phase "other") on host tensors is
     # judged host-only.  Inside the training step a host tensor here may be a device tensor
     # there (e.g. made with device=x.device after the remap), so those stay candidates.
     for op in operators:
-        op.on_device = op.on_device or any(phase != "other" for phase in (op.phases or [op.phase]))
-    host = [op for op in operators if not op.on_device]
-    if not host:
-        return None
-    return (f"{len(host)} operator signature(s) only ran on host tensors during set-up or data loading: "
-            "they stay on the CPU after porting and need no NPU kernel")
+        op.on_device = not op.import_time and (
+            op.on_device or any(phase != "other" for phase in (op.phases or [op.phase])))
+    host = [op for op in operators if not op.on_device and not op.import_time]
+    if host:
+        where = "" if uses_device else " (the script uses no accelerator: its set-up is assumed to stay on the host)"
+        notes.append(f"{len(host)} operator signature(s) only ran on host tensors during set-up or data loading"
+                     f"{where}: they stay on the CPU after porting and need no NPU kernel")
+    return "; ".join(notes) or None
 
 
-def _mark_host_only(result: ScanResult) -> None:
+def _mark_host_only(result: ScanResult, uses_device: bool = True) -> None:
     for op in result.operators:
-        if not op.on_device:
+        if op.import_time:
             op.verdict = "not-applicable"
-            op.evidence = {"rule": "host-tensors",
-                           "detail": "only ran on host (CPU) tensors in the original script: it stays on the "
-                                     "CPU after porting, so no NPU kernel is needed",
+            op.evidence = {"rule": "import-time",
+                           "detail": "only ran while a library was being imported (module-level code run by the "
+                                     f"import at {op.source or 'an import'}, on host tensors): not part of the "
+                                     "training job, so no NPU kernel is needed",
                            "source": op.source}
+            op.substitute = None
+        elif not op.on_device:
+            rule = "host-tensors" if uses_device else "setup-without-device"
+            detail = ("only ran on host (CPU) tensors during set-up or data loading in the original script: it "
+                      "stays on the CPU after porting, so no NPU kernel is needed")
+            if rule == "setup-without-device":
+                detail = ("only ran during set-up or data loading of a script that uses no accelerator; set-up "
+                          "normally stays on the host when the model and data are moved to the NPU afterwards, so "
+                          "no NPU kernel is needed (unless the port creates these tensors on the NPU directly)")
+            op.verdict = "not-applicable"
+            op.evidence = {"rule": rule, "detail": detail, "source": op.source}
             op.substitute = None
 
 
@@ -174,9 +221,9 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
     result.findings = merge_findings(result.findings, static)
 
 
-def _add_verdicts(result: ScanResult, target: str | None) -> None:
+def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True) -> None:
     from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
     version = resolve_target(target)
     result.target = assign_verdicts(result.operators, version)
-    _mark_host_only(result)
+    _mark_host_only(result, uses_device)
     result.summary = readiness_summary(result)

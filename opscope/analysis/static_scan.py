@@ -3,7 +3,12 @@
 The part of opscope that works when the script cannot run.  Python files are parsed
 with ``ast``; imports and simple aliases are resolved per scope, so ``t.cuda.synchronize()``
 after ``import torch as t`` is found while a user function that is merely called
-``cuda`` is not.  What counts as CUDA-specific, and what replaces it, is data:
+``cuda`` is not.  Whether a ``'cuda'`` string names a device is decided by where it flows
+(``_Flow``: into a torch call, ``.to()``, a ``device=`` keyword, or a variable / attribute /
+dict key / argparse option read so), so a TVM target or a log message is no finding and a
+comparison is only advice; ``**kwargs`` dicts are followed the same way into the calls a rule
+tests (``DataLoader(**kwargs)`` with ``pin_memory=True`` inside).
+What counts as CUDA-specific, and what replaces it, is data:
 ``support_matrix/cuda_api_rules.yaml`` (``load_rules``; the migrate command and the
 SARIF writer read the same rule set).
 C/C++/CUDA sources are checked for CUDA kernels and custom-op registrations.
@@ -80,6 +85,9 @@ class Rule:
     rewrite: str | None = None
     context: str | None = None
     exclude: tuple = ()
+    flows: tuple = ()                  # string rules: where the literal must flow (device, compare)
+    judgement: str | None = None       # why `opscope migrate` leaves it to a person
+    rewrite_to: str | None = None      # `rewrite: rename`: the new last name of the reference
     name_regexes: tuple = field(default=(), compare=False)
     exclude_regexes: tuple = field(default=(), compare=False)
     string_regexes: tuple = field(default=(), compare=False)
@@ -112,12 +120,35 @@ class Rule:
         return template
 
 
+FLOW_KINDS = ("device", "compare")
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """The `device_flow` section of the rules file: what reads a value as a device."""
+    calls: tuple = ()              # resolved names (globs) whose every argument is a device sink
+    methods: frozenset = frozenset()           # methods (any object) whose every argument is one
+    kwargs: frozenset = frozenset()            # keywords that are one in any call
+    names: tuple = ()              # globs: a variable/attribute/key/option so named holds a device
+    compare_methods: frozenset = frozenset()   # `s.startswith('cuda')` compares like `==`
+    call_regexes: tuple = field(default=(), compare=False)
+    name_regexes: tuple = field(default=(), compare=False)
+
+    def is_sink_call(self, qualname: str) -> bool:
+        return any(rx.fullmatch(qualname) for rx in self.call_regexes)
+
+    def is_device_name(self, ident: str) -> bool:
+        return any(rx.fullmatch(ident.lower()) for rx in self.name_regexes)
+
+
 @dataclass(frozen=True)
 class RuleSet:
     rules: tuple
     safe_npu_members: frozenset
     keywords: re.Pattern           # a Python file without any of these cannot match a rule
     roots: frozenset               # first components of every `names` pattern (torch, apex)
+    flow: FlowSpec = field(default_factory=FlowSpec)
+    flow_tokens: re.Pattern = re.compile("(?!)")   # a literal without these matches no `flows` rule
     name_cache: dict = field(default_factory=dict, compare=False, hash=False)  # qualname -> rules
 
     def name_rules(self, qualname: str) -> list:
@@ -145,6 +176,7 @@ def _token(pattern: str, where: dict | None) -> str:
 
 def _build(data: dict) -> RuleSet:
     rules, tokens, roots = [], set(), set()
+    flow_tokens = set()
     for raw in data.get("rules", []):
         names = tuple(raw.get("names", ()))
         strings = tuple(raw.get("strings", ()))
@@ -152,13 +184,17 @@ def _build(data: dict) -> RuleSet:
         methods = tuple(raw.get("methods", ()))
         attributes = tuple(raw.get("attributes", ()))
         where = raw.get("where")
+        flows = tuple(raw.get("flows", ()))
+        if any(f not in FLOW_KINDS for f in flows) or (flows and not strings):
+            raise ValueError(f"rule {raw['id']}: `flows` takes {', '.join(FLOW_KINDS)} and needs `strings`")
         rule = Rule(
             id=raw["id"], severity=raw.get("severity", "warning"), message=raw["message"],
             replacement=raw.get("replacement"), names=names, methods=methods, attributes=attributes,
             strings=strings,
             imports=imports, files=tuple(raw.get("files", ())), cpp=bool(raw.get("cpp")),
             where=where, rewrite=raw.get("rewrite"), context=raw.get("context"),
-            exclude=tuple(raw.get("exclude", ())),
+            exclude=tuple(raw.get("exclude", ())), flows=flows, judgement=raw.get("judgement"),
+            rewrite_to=raw.get("rewrite_to"),
             name_regexes=tuple(re.compile(fnmatch.translate(p)) for p in names),
             exclude_regexes=tuple(re.compile(fnmatch.translate(p)) for p in raw.get("exclude", ())),
             string_regexes=tuple(re.compile(p) for p in strings),
@@ -172,11 +208,20 @@ def _build(data: dict) -> RuleSet:
         tokens.update(attributes)
         for pattern in strings:
             tokens.add(max(re.findall(r"[A-Za-z_]{3,}", pattern) or [pattern], key=len))
+            if flows:
+                flow_tokens.add(max(re.findall(r"[A-Za-z_]{3,}", pattern) or [pattern], key=len))
         for pattern in imports:
             tokens.add(pattern.split(".")[0].strip("*"))
     keywords = re.compile("|".join(sorted(re.escape(t) for t in tokens if t)))
+    raw_flow = data.get("device_flow") or {}
+    flow = FlowSpec(calls=tuple(raw_flow.get("calls", ())), methods=frozenset(raw_flow.get("methods", ())),
+                    kwargs=frozenset(raw_flow.get("kwargs", ())), names=tuple(raw_flow.get("names", ())),
+                    compare_methods=frozenset(raw_flow.get("compare_methods", ())),
+                    call_regexes=tuple(re.compile(fnmatch.translate(p)) for p in raw_flow.get("calls", ())),
+                    name_regexes=tuple(re.compile(fnmatch.translate(p.lower())) for p in raw_flow.get("names", ())))
     return RuleSet(rules=tuple(rules), safe_npu_members=frozenset(data.get("safe_npu_members", ())),
-                   keywords=keywords, roots=frozenset(roots))
+                   keywords=keywords, roots=frozenset(roots), flow=flow,
+                   flow_tokens=re.compile("|".join(sorted(re.escape(t) for t in flow_tokens)) or "(?!)"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -211,6 +256,7 @@ class _Binder(ast.NodeVisitor):
         self.scopes: dict[int, _Scope] = {}
         self.stack: list[_Scope] = []
         self.assigned: dict[tuple[int, str], int] = {}
+        self.functions: dict[tuple[int, str], ast.AST] = {}   # (id(binding scope), name) -> def / class
 
     def _enter(self, node, is_class=False):
         scope = _Scope(self.stack[-1] if self.stack else None, is_class)
@@ -235,6 +281,7 @@ class _Binder(ast.NodeVisitor):
             body = [node.body]
         else:
             self._bind_local(node.name)
+            self.functions[(id(self.stack[-1]), node.name)] = node
             for a in args.posonlyargs + args.args + args.kwonlyargs:
                 if a.annotation:
                     self.visit(a.annotation)
@@ -254,6 +301,7 @@ class _Binder(ast.NodeVisitor):
         for expr in node.decorator_list + node.bases + [k.value for k in node.keywords]:
             self.visit(expr)
         self._bind_local(node.name)
+        self.functions[(id(self.stack[-1]), node.name)] = node
         self.stack.append(self._enter(node, is_class=True))
         for stmt in node.body:
             self.visit(stmt)
@@ -374,26 +422,455 @@ def _render_joined(node: ast.JoinedStr) -> str:
     return "".join(out)
 
 
-def _string_nodes(node) -> list:
-    """The string literals an argument may evaluate to (through `a if c else b`)."""
+_FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
+_PERCENT_FIELD = re.compile(r"%(?:\([^)]*\))?[-+ #0]*\d*(?:\.\d+)?[sdirfgxX]")
+_COMPARE_OPS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+
+
+def _string_parts(node) -> list:
+    """(literal node, text it renders to) for each string literal an expression may evaluate to:
+    through `a if c else b`, `a or b`, `d.get(k, 'cuda')`, f-strings, `'cuda:{}'.format(i)`,
+    `'cuda:%d' % i` and `'cuda:' + str(i)` (a formatted field renders as ``0``)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node]
+        return [(node, node.value)]
     if isinstance(node, ast.JoinedStr):
-        return [node]
+        return [(node, _render_joined(node))]
     if isinstance(node, ast.IfExp):
-        return _string_nodes(node.body) + _string_nodes(node.orelse)
+        return _string_parts(node.body) + _string_parts(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [p for v in node.values for p in _string_parts(v)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _const_str(node.left) is not None:
+        return [(node.left, _PERCENT_FIELD.sub("0", node.left.value))]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        right = _const_str(node.right)
+        return [(lit, text + (right if right is not None else "0")) for lit, text in _string_parts(node.left)]
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "format" and _const_str(func.value) is not None:
+            return [(func.value, _FORMAT_FIELD.sub("0", func.value.value))]
+        if isinstance(func, ast.Attribute) and func.attr in ("get", "getenv") and len(node.args) == 2:
+            return _string_parts(node.args[1])
+        if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) == 3:
+            return _string_parts(node.args[2])
     return []
 
 
-def _text(node) -> str:
-    return _render_joined(node) if isinstance(node, ast.JoinedStr) else node.value
+def _const_str(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _argparse_dest(call: ast.Call) -> str | None:
+    """The attribute `parser.add_argument(...)` stores into (argparse's own naming)."""
+    for kw in call.keywords:
+        if kw.arg == "dest":
+            return _const_str(kw.value)
+    flags = [_const_str(a) for a in call.args]
+    if not flags or any(f is None for f in flags):
+        return None
+    chosen = next((f for f in flags if f.startswith("--")), None) or flags[0]
+    return chosen.lstrip("-").replace("-", "_") or None
+
+
+class _Flow(ast.NodeVisitor):
+    """Where string literals and keyword dicts flow (a pass after binding; flow-insensitive).
+
+    A *slot* is a place a value is stored and read back: a variable (per binding scope), an
+    attribute name on any object (``args.device``, ``self.device``), a constant dict key
+    (``cfg['device']``, ``{'device': ...}``, ``dict(device=...)``), an argparse option's dest
+    and a local function's parameters and return value.  A literal lands in slots, directly in
+    a *device sink* (an argument of a torch call or ``.to()``, a ``device=`` keyword: the
+    `device_flow` section of the rules) or in a comparison.  A slot read by a sink makes the
+    slots that flow into it sinks too.  Dicts that reach a call as ``**kwargs`` are followed
+    the same way (through assignment, ``.update()`` and ``d[key] = value``).
+    """
+
+    def __init__(self, spec: FlowSpec, scopes: dict, functions: dict):
+        self.spec = spec
+        self.scopes = scopes
+        self.functions = functions
+        self.resolve = _Resolver(scopes)
+        self.stack: list[_Scope] = []
+        self.rendered: dict[int, str] = {}     # id(literal) -> text it renders to
+        self.lands: dict[int, set] = {}        # id(literal) -> {("sink",), ("compare",), ("slot", slot)}
+        self.sink_reads: set = set()
+        self.edges: set = set()                # (dst slot, src slot): src's value flows into dst
+        self.entries: dict = {}                # slot -> [(key, value node, node to report at)]
+        self.has_dict: set = set()
+        self.opaque: set = set()               # slots that also receive what is not a dict
+        self.star: dict[int, tuple] = {}       # id(call) -> (entries, slots, complete) of its **kwargs
+        self.compared: set = set()             # id() of compared expressions (x.device == torch.device(...))
+        self.sinked: set = set()
+        self.sources: dict = {}
+
+    # -- scopes and slots -------------------------------------------------------------
+    def _scoped(self, node):
+        self.stack.append(self.scopes[id(node)])
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_Module = visit_ClassDef = visit_Lambda = _scoped
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
+
+    def _function(self, node):
+        scope = self.scopes[id(node)]
+        args = node.args
+        positional = args.posonlyargs + args.args
+        for a in positional + args.kwonlyargs + [args.vararg, args.kwarg]:
+            if a is not None:
+                self.opaque.add(("n", id(scope), a.arg))
+        for a, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+            self._flow_into(default, [("n", id(scope), a.arg)])
+        for a, default in zip(args.kwonlyargs, args.kw_defaults):
+            if default is not None:
+                self._flow_into(default, [("n", id(scope), a.arg)])
+        self._scoped(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def _leaf(self, node):
+        """Nothing below these nodes matters here (and skipping them keeps the pass cheap)."""
+
+    visit_Name = visit_Constant = visit_Load = visit_Store = visit_Del = visit_Import = visit_ImportFrom = _leaf
+
+    def _binding(self, ident: str):
+        """The scope that binds ``ident`` here; None for an import; the module scope's parent
+        (0) for a name bound nowhere (a builtin)."""
+        s, first = self.stack[-1], True
+        if ident in s.globals:
+            while s.parent is not None:
+                s = s.parent
+        while s is not None:
+            if s.is_class and not first:
+                s = s.parent
+                continue
+            if ident in s.imports:
+                return None
+            if ident in s.locals or ident in s.aliases:
+                return s
+            s, first = s.parent, False
+        return 0
+
+    def _name_slot(self, ident: str):
+        scope = self._binding(ident)
+        return None if scope is None else ("n", id(scope) if scope else 0, ident)
+
+    def _is_builtin(self, func, name: str) -> bool:
+        return isinstance(func, ast.Name) and func.id == name and self._binding(name) == 0
+
+    def _local_function(self, func):
+        if not isinstance(func, ast.Name):
+            return None
+        scope = self._binding(func.id)
+        return self.functions.get((id(scope), func.id)) if scope else None
+
+    def _store_slots(self, target) -> list:
+        if isinstance(target, ast.Name):
+            slot = self._name_slot(target.id)
+            out = [slot] if slot else []
+            if self.stack[-1].is_class:
+                out.append(("a", target.id))   # class attribute: read back as X.name
+            return out
+        if isinstance(target, ast.Attribute):
+            return [("a", target.attr)]
+        if isinstance(target, ast.Subscript) and _const_str(target.slice) is not None:
+            return [("k", target.slice.value)]
+        return []
+
+    def _read_slots(self, node) -> list:
+        """The slots an expression reads its value (or part of it) from."""
+        if isinstance(node, ast.Name):
+            slot = self._name_slot(node.id)
+            return [slot] if slot else []
+        if isinstance(node, ast.Attribute):
+            if self.resolve.expr(node, self.stack[-1]) is not None:
+                return []  # a member of an imported module
+            return [("a", node.attr)]
+        if isinstance(node, ast.Subscript):
+            return [("k", node.slice.value)] if _const_str(node.slice) is not None else []
+        if isinstance(node, ast.IfExp):
+            return self._read_slots(node.body) + self._read_slots(node.orelse)
+        if isinstance(node, ast.BoolOp):
+            return [s for v in node.values for s in self._read_slots(v)]
+        if isinstance(node, ast.BinOp):
+            return self._read_slots(node.left) + self._read_slots(node.right)
+        if isinstance(node, ast.JoinedStr):
+            return [s for v in node.values if isinstance(v, ast.FormattedValue) for s in self._read_slots(v.value)]
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "format":
+                return self._read_slots(func.value) + [s for a in node.args for s in self._read_slots(a)]
+            if isinstance(func, ast.Attribute) and func.attr == "get" and node.args:
+                key = _const_str(node.args[0])
+                return ([("k", key)] if key is not None else []) + \
+                    [s for a in node.args[1:] for s in self._read_slots(a)]
+            if self._is_builtin(func, "str") and node.args:
+                return self._read_slots(node.args[0])
+            if self._is_builtin(func, "getattr") and len(node.args) >= 2 and _const_str(node.args[1]) is not None:
+                return [("a", node.args[1].value)] + [s for a in node.args[2:] for s in self._read_slots(a)]
+            fn = self._local_function(func)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return [("r", id(self.scopes[id(fn)]))]
+        return []
+
+    def _dicts(self, node):
+        """(dict displays / dict() calls an expression may be, whether it is only those)."""
+        if isinstance(node, ast.Dict) or (isinstance(node, ast.Call) and self._is_builtin(node.func, "dict")):
+            return [node], True
+        if isinstance(node, ast.IfExp):
+            a, a_only = self._dicts(node.body)
+            b, b_only = self._dicts(node.orelse)
+            return a + b, a_only and b_only
+        return [], False
+
+    def _dict_entries(self, node):
+        """(entries, slots merged in) of a dict display or dict() call."""
+        entries, slots = [], []
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if k is None:                      # {**base, ...}
+                    slots += self._read_slots(v)
+                elif _const_str(k) is not None:
+                    entries.append((k.value, v, k))
+            return entries, slots
+        for a in node.args[:1]:
+            inner, only = self._dicts(a)
+            for d in inner:
+                e, s = self._dict_entries(d)
+                entries, slots = entries + e, slots + s
+            if not inner:
+                slots += self._read_slots(a)
+        for kw in node.keywords:
+            if kw.arg is None:
+                slots += self._read_slots(kw.value)
+            else:
+                entries.append((kw.arg, kw.value, kw))
+        return entries, slots
+
+    # -- recording ----------------------------------------------------------------------
+    def _land(self, expr, where: tuple):
+        for lit, text in _string_parts(expr):
+            self.rendered[id(lit)] = text
+            self.lands.setdefault(id(lit), set()).add(where)
+
+    def _flow_into(self, expr, dsts: list):
+        if not dsts:
+            return
+        for dst in dsts:
+            self._land(expr, ("slot", dst))
+        srcs = self._read_slots(expr)
+        dicts, only_dicts = self._dicts(expr)
+        for dst in dsts:
+            self.edges.update((dst, src) for src in srcs)
+            for d in dicts:
+                entries, merged = self._dict_entries(d)
+                self.has_dict.add(dst)
+                self.entries.setdefault(dst, []).extend(entries)
+                self.edges.update((dst, src) for src in merged)
+            if not srcs and not only_dicts:
+                self.opaque.add(dst)
+
+    def _sink(self, expr):
+        for e in expr.elts if isinstance(expr, (ast.List, ast.Tuple)) else [expr]:   # devices=['cuda:0', ...]
+            self._land(e, ("sink",))
+            self.sink_reads.update(self._read_slots(e))
+
+    def _compare(self, expr):
+        for e in expr.elts if isinstance(expr, (ast.Tuple, ast.List, ast.Set)) else [expr]:
+            self.compared.add(id(e))
+            self._land(e, ("compare",))
+
+    # -- visitors -----------------------------------------------------------------------
+    def _assign(self, target, value):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in target.elts + value.elts):
+                for t, v in zip(target.elts, value.elts):
+                    self._assign(t, v)
+            else:
+                for t in target.elts:
+                    self.opaque.update(self._store_slots(t.value if isinstance(t, ast.Starred) else t))
+            return
+        if isinstance(target, ast.Subscript) and _const_str(target.slice) is not None:
+            for slot in self._read_slots(target.value):
+                self.entries.setdefault(slot, []).append((target.slice.value, value, target))
+        self._flow_into(value, self._store_slots(target))
+
+    def visit_Assign(self, node):
+        for target in node.targets:
+            self._assign(target, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self._assign(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node):
+        self._assign(node.target, node.value)
+        self.generic_visit(node)
+
+    def _opaque_target(self, node):
+        for t in ast.walk(node):
+            if isinstance(t, (ast.Name, ast.Attribute, ast.Subscript)):
+                self.opaque.update(self._store_slots(t))
+
+    def visit_For(self, node):
+        self._opaque_target(node.target)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_withitem(self, node):
+        if node.optional_vars is not None:
+            self._opaque_target(node.optional_vars)
+        self.generic_visit(node)
+
+    def visit_Return(self, node):
+        if node.value is not None and len(self.stack) > 1:
+            self._flow_into(node.value, [("r", id(self.stack[-1]))])
+        self.generic_visit(node)
+
+    def visit_Compare(self, node):
+        if any(isinstance(op, _COMPARE_OPS) for op in node.ops):
+            for operand in [node.left] + node.comparators:
+                self._compare(operand)
+        self.generic_visit(node)
+
+    def visit_MatchValue(self, node):   # match device: case 'cuda': ...
+        self._compare(node.value)
+        self.generic_visit(node)
+
+    def visit_Dict(self, node):
+        for k, v in zip(node.keys, node.values):
+            if _const_str(k) is not None:
+                self._flow_into(v, [("k", k.value)])
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        func = node.func
+        qual = self.resolve.expr(func, self.stack[-1]) if isinstance(func, (ast.Name, ast.Attribute)) else None
+        method = func.attr if isinstance(func, ast.Attribute) and qual is None else None
+        every = (qual is not None and self.spec.is_sink_call(qual)) or method in self.spec.methods
+        # a device built only to be compared with (x.device == torch.device('cuda')) is a comparison
+        read = self._compare if id(node) in self.compared else self._sink
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                continue
+            if every:
+                read(arg)
+            if method in self.spec.compare_methods:
+                self._compare(arg)
+        for kw in node.keywords:
+            if kw.arg is not None and (every or kw.arg in self.spec.kwargs):
+                read(kw.value)
+        if method == "add_argument":   # default= and choices= are what args.<dest> may hold
+            dest = _argparse_dest(node)
+            for kw in node.keywords if dest else ():
+                if kw.arg == "default":
+                    self._flow_into(kw.value, [("a", dest)])
+                elif kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple, ast.Set)):
+                    for choice in kw.value.elts:
+                        self._flow_into(choice, [("a", dest)])
+        elif method == "update" and isinstance(func.value, (ast.Name, ast.Attribute, ast.Subscript)):
+            targets = self._read_slots(func.value)
+            for arg in node.args:
+                self._flow_into(arg, targets)
+            for kw in node.keywords:
+                if kw.arg is None:
+                    self._flow_into(kw.value, targets)
+                else:
+                    for slot in targets:
+                        self.entries.setdefault(slot, []).append((kw.arg, kw.value, kw))
+        elif self._is_builtin(func, "dict"):
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    self._flow_into(kw.value, [("k", kw.arg)])
+        else:
+            fn, skip = self._local_function(func), 0
+            if isinstance(fn, ast.ClassDef):   # Net(device) -> Net.__init__(self, device)
+                fn, skip = next((f for f in fn.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None), 1
+            if fn is not None:
+                scope = id(self.scopes[id(fn)])
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args][skip:]
+                for name, arg in zip(params, node.args):
+                    if isinstance(arg, ast.Starred):
+                        break
+                    self._flow_into(arg, [("n", scope, name)])
+                names = set(params) | {a.arg for a in fn.args.kwonlyargs}
+                for kw in node.keywords:
+                    if kw.arg in names:
+                        self._flow_into(kw.value, [("n", scope, kw.arg)])
+        stars = [kw.value for kw in node.keywords if kw.arg is None]
+        if stars:
+            entries, slots, complete = [], [], True
+            for expr in stars:
+                dicts, only = self._dicts(expr)
+                for d in dicts:
+                    e, s = self._dict_entries(d)
+                    entries, slots = entries + e, slots + s
+                reads = [] if dicts else self._read_slots(expr)
+                slots += reads
+                complete = complete and (only or bool(reads))
+            self.star[id(node)] = (entries, slots, complete)
+        self.generic_visit(node)
+
+    # -- results ------------------------------------------------------------------------
+    def finish(self) -> "_Flow":
+        for dst, src in self.edges:
+            self.sources.setdefault(dst, set()).add(src)
+        sinked, todo = set(self.sink_reads), list(self.sink_reads)
+        while todo:
+            for src in self.sources.get(todo.pop(), ()):
+                if src not in sinked:
+                    sinked.add(src)
+                    todo.append(src)
+        self.sinked = sinked
+        return self
+
+    def _device_slot(self, slot) -> bool:
+        return slot in self.sinked or (slot[0] != "r" and self.spec.is_device_name(slot[-1]))
+
+    def contexts(self, node) -> set:
+        """How a string literal is used: {'device', 'compare'} or a subset."""
+        out = set()
+        for where in self.lands.get(id(node), ()):
+            if where[0] == "sink" or (where[0] == "slot" and self._device_slot(where[1])):
+                out.add("device")
+            elif where[0] == "compare":
+                out.add("compare")
+        return out
+
+    def text(self, node) -> str | None:
+        return self.rendered.get(id(node))
+
+    def star_kwargs(self, call: ast.Call):
+        """(entries, complete) of the dicts passed to ``call`` as ``**kwargs``; complete is
+        False when some of what is passed cannot be followed (a parameter, a call result)."""
+        if id(call) not in self.star:
+            return [], True
+        entries, slots, complete = self.star[id(call)]
+        entries = list(entries)
+        seen: set = set()
+        todo = list(slots)
+        while todo:
+            slot = todo.pop()
+            if slot in seen:
+                continue
+            seen.add(slot)
+            entries += self.entries.get(slot, [])
+            srcs = self.sources.get(slot, ())
+            if slot in self.opaque or not (slot in self.has_dict or srcs):
+                complete = False
+            todo.extend(srcs)
+        return entries, complete
 
 
 class _Finder(ast.NodeVisitor):
     """Second pass: apply the rules to every call, reference, string and import."""
 
-    def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes]):
+    def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes], flow):
         self.rules = rules
+        self._flow, self._make_flow = None, flow   # built on first use: most files never need it
         self.resolve = _Resolver(scopes)
         self.scopes = scopes
         self.lines = lines
@@ -405,6 +882,12 @@ class _Finder(ast.NodeVisitor):
         self.attribute_rules = [r for r in rules.rules if r.attributes]
         self.string_rules = [r for r in rules.rules if r.strings]
         self.import_rules = [r for r in rules.rules if r.imports]
+
+    @property
+    def flow(self) -> _Flow:
+        if self._flow is None:
+            self._flow = self._make_flow()
+        return self._flow
 
     # -- positions ------------------------------------------------------------------
     def _col(self, line: int, byte_col: int) -> int:
@@ -442,36 +925,46 @@ class _Finder(ast.NodeVisitor):
         return self.rules.name_rules(qualname)
 
     # -- where tests ----------------------------------------------------------------
-    def _argument(self, call: ast.Call, where: dict):
+    def _candidates(self, call: ast.Call, where: dict):
+        """The values the argument a `where` test reads may have, each with the node to report
+        at (None: the call), and whether that is all of them (False when the call passes a
+        ``**kwargs`` dict that cannot be followed).  An argument given explicitly wins; else the
+        keyword is looked up in the dicts passed as ``**kwargs``."""
         if where.get("kwarg"):
             for kw in call.keywords:
                 if kw.arg == where["kwarg"]:
-                    return kw.value, True
+                    return [(kw.value, None)], True
         idx = where.get("arg")
         if idx is not None and len(call.args) > idx and not any(isinstance(a, ast.Starred) for a in call.args[:idx + 1]):
-            return call.args[idx], True
-        return None, False
+            return [(call.args[idx], None)], True
+        if not where.get("kwarg") or not any(kw.arg is None for kw in call.keywords):
+            return [], True
+        entries, complete = self.flow.star_kwargs(call)
+        return [(value, at) for key, value, at in entries if key == where["kwarg"]], complete
 
     def _test(self, call: ast.Call, where: dict):
-        """(passed, literal nodes that made it pass)."""
-        value, present = self._argument(call, where)
+        """(passed, literal nodes that made it pass, node to report at: None for the call)."""
+        candidates, complete = self._candidates(call, where)
         test = where.get("is")
-        if test == "truthy":
-            return present and not (isinstance(value, ast.Constant) and not value.value), []
         if test == "not-true":
-            return not (present and isinstance(value, ast.Constant) and value.value is True), []
-        if not present:
-            return False, []
-        if test == "cuda":
-            if isinstance(value, ast.Call) and self._resolve(value.func) == "torch.device":
-                inner = value.args[0] if value.args else None
-                value = inner
-            nodes = [n for n in _string_nodes(value) if DEVICE_RX.fullmatch(_text(n))]
-            return bool(nodes), nodes
-        if test == "nccl":
-            nodes = [n for n in _string_nodes(value) if "nccl" in _text(n)]
-            return bool(nodes), nodes
-        return False, []
+            literally_true = any(isinstance(v, ast.Constant) and v.value is True for v, _ in candidates)
+            return complete and not literally_true, [], None
+        for value, at in candidates:
+            if test == "truthy":
+                if not (isinstance(value, ast.Constant) and not value.value):
+                    return True, [], at
+                continue
+            if test == "cuda" and isinstance(value, ast.Call) and self._resolve(value.func) == "torch.device":
+                value = value.args[0] if value.args else None
+            if test == "cuda":
+                nodes = [n for n, text in _string_parts(value) if DEVICE_RX.fullmatch(text)]
+            elif test == "nccl":
+                nodes = [n for n, text in _string_parts(value) if "nccl" in text]
+            else:
+                nodes = []
+            if nodes:
+                return True, nodes, at
+        return False, [], None
 
     # -- emit -----------------------------------------------------------------------
     def _hit(self, rule: Rule, node, line: int, byte_col: int, api: str, *, name: str = "", value: str = "",
@@ -484,7 +977,7 @@ class _Finder(ast.NodeVisitor):
         if edits:
             unsafe = None
         elif unsafe is None:
-            unsafe = f"needs judgement: {message}" if rule.rewrite is None \
+            unsafe = (rule.judgement or f"needs judgement: {message}") if rule.rewrite is None \
                 else "the expression spans several lines; edit it by hand"
         self.hits.append(Hit(rule=rule, line=line, column=self._col(line, byte_col), api=api,
                              message=message, replacement=replacement,
@@ -501,20 +994,35 @@ class _Finder(ast.NodeVisitor):
             return None, "the expression spans several lines"
         return Edit(chain.lineno, chain.col_offset, chain.end_col_offset, seg, f"torch_npu.npu.{member}"), None
 
+    def _compared(self, call: ast.Call) -> bool:
+        """Is the call compared with (``==``, ``in``...)?  Only asks the flow pass when the call
+        has a string argument that could name a device."""
+        if not any(self.rules.flow_tokens.search(text) for a in call.args + [k.value for k in call.keywords]
+                   for _, text in _string_parts(a)):
+            return False
+        return id(call) in self.flow.compared
+
+    def _rename_edit(self, rule: Rule, chain):
+        """`rewrite: rename`: the reference's last name becomes `rewrite_to` (dist.X -> dist.Y)."""
+        if not isinstance(chain, ast.Attribute) or not rule.rewrite_to:
+            return None, "imported by its own name: change the import and the uses together"
+        start = chain.end_col_offset - len(chain.attr.encode())
+        return Edit(chain.end_lineno, start, chain.end_col_offset, chain.attr, rule.rewrite_to), None
+
     def _report_name(self, node, chain, qualname: str, call: ast.Call | None):
         """Apply `names` rules to a resolved reference (``call`` set when it is called)."""
         done: set[str] = set()
         for rule in self._qual_rules(qualname):
             if rule.id in done:
                 continue
-            literal_nodes: list = []
+            literal_nodes, at = [], None
             if rule.where:
-                if call is None:
-                    continue
-                ok, literal_nodes = self._test(call, rule.where)
+                if call is None or (rule.where.get("is") == "cuda" and self._compared(call)):
+                    continue   # compared, not used: the string rules judge its literal
+                ok, literal_nodes, at = self._test(call, rule.where)
                 if not ok:
                     continue
-            line, col = self._position(node, chain)
+            line, col = (at.lineno, at.col_offset) if at is not None else self._position(node, chain)
             edits, unsafe = [], None
             if literal_nodes:
                 self.consumed.update(id(n) for n in literal_nodes)
@@ -522,7 +1030,11 @@ class _Finder(ast.NodeVisitor):
             elif rule.rewrite == "npu-name":
                 edit, unsafe = self._npu_name_edit(rule, chain, qualname)
                 edits = [edit] if edit else []
-            api = qualname + ("()" if call is not None else "")
+            elif rule.rewrite == "rename":
+                edit, unsafe = self._rename_edit(rule, chain)
+                edits = [edit] if edit else []
+            api = qualname + ("()" if call is not None else "") if at is None \
+                else f"{qualname}(**kwargs) on line {self._position(node, chain)[0]}"
             self._hit(rule, node, line, col, api, name=qualname, edits=edits, unsafe=unsafe)
             done.add(rule.id)
             if not rule.where:
@@ -559,12 +1071,12 @@ class _Finder(ast.NodeVisitor):
         for rule in self.method_rules:
             if func.attr not in rule.methods or rule.id in done:
                 continue
-            literal_nodes: list = []
+            literal_nodes, at = [], None
             if rule.where:
-                ok, literal_nodes = self._test(call, rule.where)
+                ok, literal_nodes, at = self._test(call, rule.where)
                 if not ok:
                     continue
-            line, col = self._position(call, func)
+            line, col = (at.lineno, at.col_offset) if at is not None else self._position(call, func)
             if literal_nodes:
                 self.consumed.update(id(n) for n in literal_nodes)
                 edits = self._literal_edits(literal_nodes, rule.where["is"])
@@ -573,7 +1085,8 @@ class _Finder(ast.NodeVisitor):
                 edits = [Edit(func.end_lineno, start, func.end_col_offset, func.attr, "npu")]
             else:
                 edits = []
-            self._hit(rule, call, line, col, f".{func.attr}()", edits=edits)
+            api = f".{func.attr}()" if at is None else f".{func.attr}(**kwargs) on line {self._position(call, func)[0]}"
+            self._hit(rule, call, line, col, api, edits=edits)
             done.add(rule.id)
             if not rule.where:
                 break
@@ -608,13 +1121,21 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _report_string(self, node, text: str) -> bool:
-        if len(text) > 64:
+        """String rules; one with `flows` only where the literal flows there (see _Flow)."""
+        value = text
+        rendered = self.flow.text(node) or text if self.rules.flow_tokens.search(text) else text
+        if len(rendered) > 64:
             return False
+        contexts = None
         for rule in self.string_rules:
-            if rule.matches_string(text):
+            if rule.matches_string(rendered if rule.flows else value):
+                if rule.flows:
+                    contexts = self.flow.contexts(node) if contexts is None else contexts
+                    if not contexts.intersection(rule.flows):
+                        continue
                 kind = "nccl" if rule.rewrite == "hccl-string" else "cuda"
                 edits = self._literal_edits([node], kind) if rule.rewrite in ("hccl-string", "device-string") else []
-                self._hit(rule, node, node.lineno, node.col_offset, repr(text), value=text, edits=edits)
+                self._hit(rule, node, node.lineno, node.col_offset, repr(value), value=value, edits=edits)
                 return True
         return False
 
@@ -641,7 +1162,13 @@ def scan_source(source: bytes | str, path: str = "<string>", rules: RuleSet | No
     tree = ast.parse(data, filename=path)
     binder = _Binder()
     binder.visit(tree)
-    finder = _Finder(rules, binder.finish(), data.splitlines())
+    scopes = binder.finish()
+
+    def make_flow():
+        flow = _Flow(rules.flow, scopes, binder.functions)
+        flow.visit(tree)
+        return flow.finish()
+    finder = _Finder(rules, scopes, data.splitlines(), make_flow)
     finder.visit(tree)
     hits = _apply_context(finder.hits)
     unique: dict[tuple, Hit] = {}

@@ -230,35 +230,46 @@ def dtype_warnings(op) -> list[str]:
 def readiness_summary(result) -> dict:
     """Counts, time shares and a 0-100 readiness score for a ScanResult with verdicts set.
 
-    Time is operator self time (host), summed per verdict over the captured steps, as a
-    share of all operators' (the step's operator time; wall time of a first step also holds
-    start-up work such as DataLoader workers, so it is not the denominator).
+    Time is operator self time (host) in the steady state: per signature the median of its
+    self time per step over the steps after the first (``Operator.steady_time_us``; set-up
+    and first-step work such as optimizer-state creation or one-off warm-up weigh nothing,
+    and one slow step does not move the median), summed per verdict, as a share of all
+    operators'.  Only when no such step was captured is the total self time used
+    (``time_basis`` says which).
     ``readiness_score`` = 100 x (0.5 x time_ok + 0.5 x signatures_ok)
         - 5 per dynamic-shape root cause (at most 20)
         - 2 per error finding + 0.5 per warning finding (at most 10 together)
         - 10 when any operator is ``unsupported`` (the script cannot run as is),
     clamped to 0..100 and rounded; where ``time_ok`` is 1 minus the time share of
-    cpu-fallback/unsupported operators (unknown ones count half: not judged, not cleared)
+    cpu-fallback/unsupported operators (unknown ones count half: not judged, not cleared),
+    rounded to the nearest 10 % so timing noise between identical runs cannot move the score,
     and ``signatures_ok`` the same over operator signatures, both among operators that
     need an NPU kernel (not-applicable ones left out).
     """
     from opscope.model import VERDICTS
     ops = list(result.operators)
+    steady = any(op.steady_time_us is not None for op in ops)
+
+    def op_time(op) -> float:
+        return float((op.steady_time_us if steady else op.self_time_us) or 0.0)
+
     counts = {v: 0 for v in VERDICTS}
     times = {v: 0.0 for v in VERDICTS}
     for op in ops:
         verdict = op.verdict or "unknown"
         counts[verdict] = counts.get(verdict, 0) + 1
-        times[verdict] = times.get(verdict, 0.0) + float(op.self_time_us or 0.0)
+        times[verdict] = times.get(verdict, 0.0) + op_time(op)
     total = sum(times.values())
     share = {v: (t / total if total else 0.0) for v, t in times.items()}
     judged = [op for op in ops if op.verdict != "not-applicable"]
-    judged_time = sum(float(op.self_time_us or 0.0) for op in judged)
+    judged_time = sum(op_time(op) for op in judged)
     weight = {"cpu-fallback": 1.0, "unsupported": 1.0, "unknown": 0.5}
     bad_sig = sum(weight.get(op.verdict, 0.0) for op in judged)
-    bad_time = sum(weight.get(op.verdict, 0.0) * float(op.self_time_us or 0.0) for op in judged)
+    bad_time = sum(weight.get(op.verdict, 0.0) * op_time(op) for op in judged)
     signatures_ok = 1 - bad_sig / len(judged) if judged else 1.0
-    time_ok = 1 - bad_time / judged_time if judged_time else signatures_ok
+    # Measured time is noisy between identical runs; the score sees the blocking time share
+    # in 10 % bands so that noise cannot move it (the exact share is reported alongside).
+    time_ok = 1 - round(10 * bad_time / judged_time) / 10 if judged_time else signatures_ok
     findings = list(result.findings or [])
     errors = sum(1 for f in findings if getattr(f, "severity", "") == "error")
     warnings = sum(1 for f in findings if getattr(f, "severity", "") == "warning")
@@ -273,7 +284,7 @@ def readiness_summary(result) -> dict:
         "time_share": {v: round(s, 6) for v, s in share.items()},
         "cpu_fallback_time_share": round(share.get("cpu-fallback", 0.0), 6),
         "blocking_signatures": len(blocking),
-        "blocking_ops": _blocking_ops(blocking, total),
+        "blocking_ops": _blocking_ops(blocking, total, op_time),
         "blocking_time_share": round(sum(share.get(v, 0.0) for v in BAD), 6),
         "native_or_composite_share": round((counts["native"] + counts["composite"]) / len(judged), 6)
         if judged else 1.0,
@@ -283,11 +294,14 @@ def readiness_summary(result) -> dict:
                                  "info": sum(1 for f in findings if getattr(f, "severity", "") == "info")},
         "readiness_score": int(round(max(0.0, min(100.0, score)))),
         "score_formula": "100*(0.5*time_ok+0.5*signatures_ok) - min(20,5*root_causes) "
+                         "[time_ok = 1 - blocking time share rounded to 0.1] "
                          "- min(10,2*errors+0.5*warnings) - 10*any_unsupported",
+        "time_basis": "median self time per steady-state step (steps after the first)" if steady
+        else "total self time of all captured steps (no step after the first)",
     }
 
 
-def _blocking_ops(blocking, total_us: float) -> list[dict]:
+def _blocking_ops(blocking, total_us: float, op_time=lambda op: float(op.self_time_us or 0.0)) -> list[dict]:
     """Operators between the script and a clean NPU run, by name, most time first."""
     by_name: dict = {}
     for op in blocking:
@@ -299,7 +313,7 @@ def _blocking_ops(blocking, total_us: float) -> list[dict]:
             row["verdict"] = op.verdict
         row["signatures"] += 1
         row["calls"] += int(op.calls or 0)
-        row["self_time_us"] += float(op.self_time_us or 0.0)
+        row["self_time_us"] += op_time(op)
     rows = sorted(by_name.values(), key=lambda r: (-r["self_time_us"], r["op"]))
     for row in rows:
         row["time_share"] = round(row["self_time_us"] / total_us, 6) if total_us else 0.0

@@ -43,7 +43,7 @@ def _phase_from(name: str) -> str | None:
 def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
     """Build OpCalls for one step.
 
-    ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, cause).
+    ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids).
     Backward ops get the source of the forward op with the same sequence number.
     """
     cpu, device = [], []
@@ -119,6 +119,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             origin=ann[1] if ann else None,
             origin_cause=ann[2] if ann else None,
             device=ann[3] if ann else "host",
+            origins=list(ann[4]) if ann and len(ann) > 4 else [],
             step=step,
             thread=tid,
             seq_nr=seq_nr,
@@ -131,7 +132,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
         if phase == "forward" and seq_nr >= 0 and op.source:
             # ops that create no autograd node also record the *current* sequence number;
             # the node's creator is the last op recorded with it, so later ones win
-            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device)
+            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device, op.origins)
         if phase == "backward" and bw_seq is not None:
             pending_backward.append((op, bw_seq))
         calls.append(op)
@@ -140,11 +141,41 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     for op, seq in pending_backward:
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node
-            op.source, op.origin, op.origin_cause, op.device = src
+            op.source, op.origin, op.origin_cause, op.device, op.origins = src
     _attach_device_time(device, by_corr, launch_owner)
     for op in calls:
         op.self_time_us = max(op.self_time_us, 0.0)
     return calls
+
+
+def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
+    """Fold identical calls of one step into one record with ``count`` and summed times.
+
+    A step that samples 500 tokens or evaluates an LBFGS closure 20 times repeats the same
+    few hundred signatures at the same lines: keeping one record per call made capture
+    memory grow with the length of the step.  Everything analysis reads (signature, line,
+    origin, phase, parent, children) is part of the key, so nothing it uses is lost.
+    """
+    folded: dict[tuple, OpCall] = {}
+    for c in calls:
+        key = (c.name, c.overload, _freeze(c.input_shapes), _freeze(c.dtypes), _freeze(c.scalars), c.phase,
+               c.parent, c.source, c.origin, c.origin_cause, c.device, c.thread, tuple(c.children),
+               _freeze(c.output_shapes))
+        kept = folded.get(key)
+        if kept is None:
+            folded[key] = c
+            continue
+        kept.count += c.count
+        kept.self_time_us += c.self_time_us
+        kept.total_time_us += c.total_time_us
+        kept.device_time_us += c.device_time_us
+    return list(folded.values())
+
+
+def _freeze(value):
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
 
 
 def _attach_device_time(device_events, by_corr: dict, launch_owner: dict) -> None:

@@ -142,7 +142,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     return outcome
 
 
-_PROFILER_CHATTER = re.compile(rb"^(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]")
+_PROFILER_CHATTER = re.compile(rb"^(?:(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]"
+                               rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling)")
 
 
 def _relay_stderr(stream) -> None:

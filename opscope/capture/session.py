@@ -16,12 +16,24 @@ from pathlib import Path
 
 import torch
 
-from opscope.capture.events import calls_from_kineto
+from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.model import OpCall
 
 _CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 STEP_MARKERS = ("auto", "optimizer", "backward", "module", "manual")
+DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
+EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
+CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step
+DEFAULT_MAX_CAPTURE_MB = 1536    # capture memory (RSS growth) after which a step stops recording
+
+
+def _collect_cpu(enable: bool) -> None:
+    """Pause or resume recording of CPU operators in the running profiler."""
+    from torch._C._profiler import ProfilerActivity
+    toggle = getattr(torch._C._autograd, "_toggle_collection_dynamic", None)
+    if toggle is not None:
+        toggle(enable, {ProfilerActivity.CPU})
 
 
 class StopScan(BaseException):
@@ -38,7 +50,8 @@ class StopScan(BaseException):
 class CaptureSession:
     def __init__(self, out_dir: Path, steps: int, step_marker: str = "auto", user_root: str | None = None,
                  remap: bool = False, export_traces: bool = True, raise_when_done: bool = True,
-                 keep_compile: bool = False):
+                 keep_compile: bool = False, max_step_calls: int = DEFAULT_MAX_STEP_CALLS,
+                 max_capture_mb: int = DEFAULT_MAX_CAPTURE_MB):
         self.out_dir = Path(out_dir)
         self.capture_dir = self.out_dir / "capture"
         self.trace_dir = self.out_dir / "traces"
@@ -55,6 +68,17 @@ class CaptureSession:
         self.compile_guard = CompileGuard(self.findings) if not keep_compile else None
         self.tracker = SourceTracker(self.user_code, self.table, self.remapper)
         self.tracker.on_safe_point = self.safe_point
+        self.tracker.call_cap = max_step_calls
+        self.max_step_calls = max_step_calls
+        self.tracker.on_call_cap = self._call_cap_reached
+        self._unrecorded: dict = {}       # this step: what ran unprofiled (bounded memory)
+        self._eval_forwards = 0
+        self._eval_paused = False
+        self._in_optimizer = False
+        self._closure_forwards = 0
+        self._closure_paused = False
+        self.max_capture_mb = max_capture_mb
+        self._watcher = None
         self.prof = None
         self.step_index = 0
         self.step_started = 0.0
@@ -72,10 +96,11 @@ class CaptureSession:
         self._opt_rf = None
         self._step_callbacks: list = []
         self._lock = threading.Lock()
-        self.dataloaders: dict[str, dict] = {}   # "file:line" -> {"drop_last": bool, "batch_size": int}
+        self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
         self.keep_in_memory = True                # the child analyses from memory, not from disk
         self.calls: list = []
         self.step_records: list = []
+        self._shared: dict = {}   # equal lists/strings across steps share one object
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -91,6 +116,7 @@ class CaptureSession:
         self._install_dataloader_tagging()
         self.tracker.__enter__()
         self._start_profiler()
+        self._watch_memory()
 
     def on_step(self, callback) -> None:
         self._step_callbacks.append(callback)
@@ -157,7 +183,8 @@ class CaptureSession:
 
     def _write_step(self, prof, duration_us: float, complete: bool) -> None:
         events = prof.kineto_results.events() if prof.kineto_results is not None else []
-        calls = calls_from_kineto(events, self.step_index, self.table.entries, None)
+        calls = compact_calls(calls_from_kineto(events, self.step_index, self.table.entries, None), self._shared)
+        del events
         if not complete and not calls:
             self.step_index -= 1
             return
@@ -174,6 +201,7 @@ class CaptureSession:
             "complete": complete,
             "trace": os.path.relpath(trace, self.out_dir) if trace else None,
             "side": self.tracker.reset_step(),
+            "unrecorded": self._take_unrecorded(),
             "calls": [[getattr(c, f) for f in _CALL_FIELDS] for c in calls],
         }
         self._steps_file.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -250,11 +278,14 @@ class CaptureSession:
         self._hooks.append(_Restore(Optimizer, "__init__", orig_opt_init))
 
         def pre(opt, args, kwargs):
+            session._in_optimizer = True
             if rf_cls is not None and session.prof is not None:
                 session._opt_rf = rf_cls("opscope.optimizer")
                 session._opt_rf.__enter__()
 
         def post(opt, args, kwargs):
+            session._in_optimizer = False
+            session._resume_closures()
             if session._opt_rf is not None:
                 session._opt_rf.__exit__(None, None, None)
                 session._opt_rf = None
@@ -318,10 +349,26 @@ class CaptureSession:
     def _enter_top_level(self, module) -> None:
         if self._anchor is None:
             self._anchor = module
+        if self._in_optimizer and self.prof is not None:
+            # optimizer.step(closure) (LBFGS): each evaluation repeats the same operators
+            self._closure_forwards += 1
+            if self._closure_forwards > CLOSURE_FORWARDS_RECORDED and not self._closure_paused \
+                    and "after_calls" not in self._unrecorded:
+                self._closure_paused = True
+                _collect_cpu(False)
+            if self._closure_paused:
+                self._unrecorded["closure_forwards"] = self._unrecorded.get("closure_forwards", 0) + 1
+            return
         training_script = self.backward_seen or self.optimizer_seen
         if training_script and not self._is_training_forward(module) and self.prof is not None:
             rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
-            if rf_cls is not None and self._eval_rf is None:
+            self._eval_forwards += 1
+            if self._eval_forwards > EVAL_FORWARDS_RECORDED and "after_calls" not in self._unrecorded:
+                # a sampling/evaluation loop: its forwards repeat the recorded ones
+                self._unrecorded["eval_forwards"] = self._unrecorded.get("eval_forwards", 0) + 1
+                self._eval_paused = True
+                _collect_cpu(False)
+            elif rf_cls is not None and self._eval_rf is None:
                 self._eval_rf = rf_cls("opscope.eval")
                 self._eval_rf.__enter__()
 
@@ -329,6 +376,57 @@ class CaptureSession:
         if module is self._anchor:
             self._anchor_done = True
         self._end_eval()
+        if self._eval_paused:
+            self._eval_paused = False
+            if self.prof is not None and "after_calls" not in self._unrecorded:
+                _collect_cpu(True)
+
+    def _resume_closures(self) -> None:
+        if self._closure_paused:
+            self._closure_paused = False
+            if self.prof is not None and "after_calls" not in self._unrecorded:
+                _collect_cpu(True)
+
+    def _call_cap_reached(self) -> None:
+        """The step made more torch calls than memory allows: record no more of it."""
+        if self.prof is not None and "after_calls" not in self._unrecorded:
+            self._unrecorded["after_calls"] = self.tracker.calls_in_step
+            if self.tracker.call_cap < self.max_step_calls:
+                self._unrecorded["reason"] = f"capture memory above --max-capture-mb {self.max_capture_mb}"
+            self._unrecorded["where"] = self.tracker._where()[0]
+            if not (self._eval_paused or self._closure_paused):
+                _collect_cpu(False)
+
+    def _take_unrecorded(self) -> dict:
+        data, self._unrecorded = self._unrecorded, {}
+        self.tracker.calls_in_step = 0
+        self.tracker.call_cap = self.max_step_calls
+        self._eval_forwards = 0
+        self._eval_paused = False
+        self._closure_forwards = 0
+        self._closure_paused = False
+        return data
+
+    def _watch_memory(self) -> None:
+        """Bound capture memory: past the budget, the next torch call stops the step's recording.
+
+        Runs in a thread; it only lowers the tracker's call cap, so the profiler itself is
+        paused on the main thread.
+        """
+        import threading as _t
+        base = _rss_mb()
+        budget = self.max_capture_mb
+
+        def loop():
+            while not self.done:
+                if self.prof is not None and _rss_mb() - base > budget \
+                        and "after_calls" not in self._unrecorded:
+                    self.tracker.call_cap = self.tracker.calls_in_step + 1
+                time.sleep(0.05)
+
+        if budget and budget > 0:
+            self._watcher = _t.Thread(target=loop, name="opscope-memory", daemon=True)
+            self._watcher.start()
 
     def _end_eval(self) -> None:
         if self._eval_rf is not None:
@@ -357,27 +455,51 @@ class CaptureSession:
         def init(this, *args, **kwargs):
             found = session.user_code.frame_of(_caller())
             this._opscope_site = f"{found[0]}:{found[1]}" if found else None
+            out = orig_init(this, *args, **kwargs)
             if this._opscope_site:
-                session.dataloaders[this._opscope_site] = {"drop_last": bool(kwargs.get("drop_last", False)),
-                                                           "batch_size": kwargs.get("batch_size", args[1] if len(args) > 1 else 1)}
-            return orig_init(this, *args, **kwargs)
+                # what the analysis needs to say whether an epoch end (a partial last batch) was seen
+                info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
+                        "batch_size": getattr(this, "batch_size", None), "length": None,
+                        "dataset_size": None, "batches": 0, "epochs_finished": 0, "iterators": 0}
+                for key, get in (("length", lambda: len(this)), ("dataset_size", lambda: len(this.dataset))):
+                    try:
+                        info[key] = int(get())
+                    except Exception:  # an IterableDataset without __len__
+                        pass
+                session.dataloaders[this._opscope_site] = info
+            return out
 
         def next_(this):
             session.safe_point()
-            if rf_cls is not None and session.prof is not None:
-                with rf_cls("opscope.dataloader"):
-                    batch = orig_next(this)
-            else:
-                batch = orig_next(this)
             site = getattr(this._opscope_loader_ref, "_opscope_site", None) if hasattr(this, "_opscope_loader_ref") else None
+            info = session.dataloaders.get(site) if site else None
+            loading = session.tracker.begin_loading(site)
+            try:
+                if rf_cls is not None and session.prof is not None:
+                    with rf_cls("opscope.dataloader"):
+                        batch = orig_next(this)
+                else:
+                    batch = orig_next(this)
+            except StopIteration:
+                if info is not None:
+                    info["epochs_finished"] += 1
+                raise
+            finally:
+                session.tracker.end_loading(loading)
             if site:
-                session.tracker.tag(batch, site, "input-varies")
+                if info is not None:
+                    this._opscope_batches = getattr(this, "_opscope_batches", 0) + 1
+                    info["batches"] = max(info["batches"], this._opscope_batches)
+                session.tracker.tag(batch, site, "loader")
             return batch
 
         orig_iter_init = _BaseDataLoaderIter.__init__
 
         def iter_init(this, loader, *args, **kwargs):
             this._opscope_loader_ref = loader
+            info = session.dataloaders.get(getattr(loader, "_opscope_site", None) or "")
+            if info is not None:
+                info["iterators"] += 1
             return orig_iter_init(this, loader, *args, **kwargs)
 
         DataLoader.__init__ = init
@@ -386,6 +508,14 @@ class CaptureSession:
         self._hooks += [_Restore(DataLoader, "__init__", orig_init),
                         _Restore(_BaseDataLoaderIter, "__next__", orig_next),
                         _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):  # not Linux: no memory guard
+        return 0.0
 
 
 def _caller():

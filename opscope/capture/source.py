@@ -6,13 +6,17 @@ every outermost torch call made from Python; for each one we find the first fram
 the user's code and wrap the call in a tiny profiler annotation ``opscope#<id>``.
 Every ATen op recorded under that annotation belongs to that line.
 
-The same hook tags output tensors with an *origin*: the user line that created the
-data whose shape they carry (a DataLoader, a factory call, a data-dependent op such as
-``nonzero``).  Dynamic-shape analysis follows origins to the 3-5 lines worth fixing
-instead of listing hundreds of downstream operators.
+The same hook tags output tensors with their *origins*: the set of user lines whose
+calls set the shape of the data they carry (a DataLoader batch, a factory call, a slice
+or view whose sizes come from arguments, a data-dependent op such as ``nonzero``, a
+size read back with ``.item()``), passed on by tensor identity from inputs to outputs.
+Each origin records the output shapes it produced in every step and the origins of its
+own inputs (its parents), so the analysis can find where a varying size *enters*: an
+origin whose shapes changed while its parents' did not.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import sysconfig
@@ -43,8 +47,10 @@ KNOWLEDGE = _load_knowledge()
 # Python calls whose output shape depends on tensor *values* -> the ATen op they run.
 PYTHON_TO_ATEN: dict = KNOWLEDGE["python_to_aten"]
 _DATA_DEPENDENT = frozenset(k for k in PYTHON_TO_ATEN if k != "__getitem__")
-# Calls that copy a device value to the host (a sync; sizes built from it vary).
-_HOST_SYNC = frozenset({"item", "tolist", "__int__", "__float__", "__index__", "cpu", "numpy"})
+# Calls whose output sizes come from their (non-tensor) arguments -> origin kind.
+_SIZED: dict = KNOWLEDGE["size_from_arguments"]
+# Calls that copy a tensor value to the host as a Python number (sizes built from it vary).
+_HOST_SYNC = frozenset({"item", "tolist", "__int__", "__index__"})
 
 _LIB_DIRS = tuple({
     str(Path(p).resolve()) for p in (
@@ -56,7 +62,7 @@ _OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 class SourceTable:
-    """Interns (source, origin, cause, device|host) tuples so annotations stay short: ``opscope#17``."""
+    """Interns (source, origin, kind, device|host|import, origin ids) tuples: annotations stay short (``opscope#17``)."""
 
     def __init__(self):
         self.ids: dict[tuple, int] = {}
@@ -116,14 +122,6 @@ def _iter_tensors(obj, depth=0):
             yield from _iter_tensors(item, depth + 1)
 
 
-class Origin:
-    """Where a tensor's shape came from; ``seq`` orders origins (newest wins)."""
-    __slots__ = ("where", "cause", "seq")
-
-    def __init__(self, where: str, cause: str, seq: int):
-        self.where, self.cause, self.seq = where, cause, seq
-
-
 class SourceTracker(TorchFunctionMode):
     """Annotate outermost torch calls with their user line; propagate shape origins.
 
@@ -138,37 +136,96 @@ class SourceTracker(TorchFunctionMode):
         self.remapper = remapper
         self.owner_pid = os.getpid()
         self.owner_thread = threading.get_ident()
-        self.seq = 0
         self.host_values: dict[int, str] = {}                # int value read by .item() -> line
-        self.data_dependent_outputs: dict[tuple, set] = {}   # (line, func) -> output shapes
+        # origins: (line, kind) -> id; per id its parents (origins of its inputs) and the
+        # Python calls seen; what changed since the last step is reported with the step
+        self.origin_ids: dict[tuple, int] = {}
+        self.origin_meta: dict[int, tuple] = {}              # id -> (line, kind, parents set, calls set)
+        self.changed_origins: set = set()
+        self.origin_shapes: dict[int, set] = {}              # this step: id -> output shape tuples
+        self.loading = None                                  # loader origin while a DataLoader fetches
         # Set by the session when a step ended inside an open profiler range (e.g. the
         # optimizer's post-hook): the profiler is only restarted at the next safe point,
         # the entry of an outermost torch call, never inside a record_function range.
         self.boundary_pending = False
         self.on_safe_point = None
+        # Bounded capture memory: the session stops recording a step after this many calls.
+        self.calls_in_step = 0
+        self.call_cap = 0
+        self.on_call_cap = None
 
     # -- helpers -----------------------------------------------------------------
-    def _where(self) -> str | None:
-        found = self.user_code.frame_of(sys._getframe(2))
-        return f"{found[0]}:{found[1]}" if found else None
+    def _where(self) -> tuple[str | None, bool]:
+        """(first user frame as "file:line", whether a module import is under way below it)."""
+        frame = sys._getframe(2)
+        importing = False
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            shown = self.user_code.display(filename)
+            if shown is not None:
+                return f"{shown}:{frame.f_lineno}", importing
+            if filename.startswith("<frozen importlib"):
+                importing = True
+            frame = frame.f_back
+        return None, importing
 
-    def tag(self, obj, where: str, cause: str) -> None:
-        """Mark tensors in ``obj`` as originating at ``where`` (used for DataLoader batches)."""
-        self.seq += 1
-        origin = Origin(where, cause, self.seq)
+    def _origin(self, where: str, kind: str, parents, call: str) -> int:
+        key = (where, kind)
+        oid = self.origin_ids.get(key)
+        if oid is None:
+            oid = self.origin_ids[key] = len(self.origin_ids)
+            self.origin_meta[oid] = (where, kind, set(), set())
+            self.changed_origins.add(oid)
+        _, _, known_parents, calls = self.origin_meta[oid]
+        if parents and not parents <= known_parents:
+            known_parents.update(p for p in parents if p != oid)
+            self.changed_origins.add(oid)
+        if call not in calls:
+            calls.add(call)
+            self.changed_origins.add(oid)
+        return oid
+
+    def _produced(self, oid: int, obj) -> frozenset:
+        """Record the shapes ``obj`` has as an output of origin ``oid``; tag its tensors."""
+        tensors = list(_iter_tensors(obj))
+        self.origin_shapes.setdefault(oid, set()).add(tuple(tuple(t.shape) for t in tensors))
+        return frozenset((oid,))
+
+    def tag(self, obj, where: str, cause: str = "loader") -> None:
+        """Mark tensors in ``obj`` (a DataLoader batch) as originating at ``where``."""
+        oid = self._origin(where, "loader", (), "DataLoader")
+        origins = self._produced(oid, obj)
         for t in _iter_tensors(obj):
             try:
-                t._opscope_origin = origin
+                t._opscope_origins = origins
             except Exception:
                 pass
 
+    def begin_loading(self, where: str | None):
+        """A DataLoader at ``where`` is fetching a batch: its operators belong to that loader.
+
+        Returns the previous state, for ``end_loading``.
+        """
+        previous = self.loading
+        if where:
+            self.loading = self._origin(where, "loader", (), "DataLoader")
+        return previous
+
+    def end_loading(self, previous) -> None:
+        self.loading = previous
+
     def reset_step(self) -> dict:
-        """Return and clear per-step side data (data-dependent output shapes)."""
+        """Return and clear per-step side data: new/changed origins and the shapes each produced."""
         data = {
-            "data_dependent_outputs": {f"{k[0]}|{k[1]}": sorted(v) for k, v in self.data_dependent_outputs.items()},
+            "origins": {str(oid): [self.origin_meta[oid][0], self.origin_meta[oid][1],
+                                   sorted(self.origin_meta[oid][2]), sorted(self.origin_meta[oid][3])]
+                        for oid in sorted(self.changed_origins)},
+            "origin_shapes": {str(oid): sorted([list(map(list, s)) for s in shapes])
+                              for oid, shapes in self.origin_shapes.items()},
         }
         self.host_values.clear()
-        self.data_dependent_outputs.clear()
+        self.changed_origins.clear()
+        self.origin_shapes.clear()
         return data
 
     # -- the hook ----------------------------------------------------------------
@@ -189,29 +246,55 @@ class SourceTracker(TorchFunctionMode):
             if handled:
                 if moved and isinstance(result, torch.Tensor):
                     result._opscope_dev = True
+                _pass_origins(args, result)
                 return result
         fname = getattr(func, "__name__", "")
         if fname in _NO_OP_FUNCS or threading.get_ident() != self.owner_thread:
-            return func(*args, **kwargs)
-        where = self._where()
-        # origin: the newest origin among tensor inputs
-        best = None
+            out = func(*args, **kwargs)
+            if fname == "__get__":  # x.data, x.T, x.mT: the same data, the same origins
+                _pass_origins(args, out)
+            return out
+        self.calls_in_step += 1
+        if self.calls_in_step == self.call_cap and self.on_call_cap is not None:
+            self.on_call_cap()
+        where, importing = self._where()
+        # origins: every origin among the tensor inputs (by tensor identity)
+        origins = frozenset()
+        has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
-        for t in _iter_tensors(args):
-            o = getattr(t, "_opscope_origin", None)
-            if o is not None and (best is None or o.seq > best.seq):
-                best = o
+        for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ()):
+            has_tensors = True
+            o = getattr(t, "_opscope_origins", None)
+            if o:
+                origins = origins | o
             if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
                 on_device = True
-        if self.host_values:
-            synced = _host_value_in(args, kwargs, self.host_values)
-            if synced is not None:
-                self.seq += 1
-                best = Origin(synced, "host-sync", self.seq)
-        data_dep = fname in _DATA_DEPENDENT or (
-            fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1]))
-        triple = (where, best.where if best else None, best.cause if best else None,
-                  "device" if on_device else "host")
+        kind, at = None, where
+        if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
+            kind = "data-dependent-output"
+        elif self.host_values and (synced := _host_value_in(args, kwargs, self.host_values)) is not None:
+            kind, at = "host-sync", synced
+        elif not has_tensors:
+            kind = "factory"
+        elif fname in _SIZED:
+            kind = _SIZED[fname]
+        oid = None
+        if kind is not None and where is not None:
+            parents = () if kind in ("host-sync", "factory") else origins
+            oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
+                               else fname)
+        # the operators of this call: sized by its inputs, by the origin it creates (a factory,
+        # a view or slice sizes its own kernels; a data-dependent op's kernels and backward
+        # follow its output size) and, inside a DataLoader's next(), by the batch
+        annotated = origins
+        if oid is not None:
+            annotated = annotated | {oid}
+        if self.loading is not None:
+            annotated = annotated | {self.loading}
+        newest = self.origin_meta[max(annotated)] if annotated else None
+        device = "device" if on_device else ("import" if importing else "host")
+        triple = (where, newest[0] if newest else None, newest[1] if newest else None, device,
+                  tuple(sorted(annotated)))
         if _RecordFunction is not None:
             with _RecordFunction(f"opscope#{self.table.intern(triple)}"):
                 out = func(*args, **kwargs)
@@ -224,33 +307,37 @@ class SourceTracker(TorchFunctionMode):
                     t._opscope_dev = True
                 except Exception:
                     pass
-        if fname in _HOST_SYNC and where:
+        if fname in _HOST_SYNC and where and self.user_code.display(sys._getframe(1).f_code.co_filename):
+            # only a value the user's own line reads back (not library bookkeeping)
             for value in (out if isinstance(out, list) else [out]):
                 if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     self.host_values[value] = where
-        if where is None:
+        if where is None or (kind is None and not origins):
             return out
-        if data_dep:
-            self.seq += 1
-            origin = Origin(where, "data-dependent-output", self.seq)
-            shapes = tuple(tuple(t.shape) for t in _iter_tensors(out))
-            self.data_dependent_outputs.setdefault((where, PYTHON_TO_ATEN.get(fname, fname)), set()).add(shapes)
-        elif best is not None:
-            origin = best
-        elif not any(True for _ in _iter_tensors(args)):
-            # a factory call at a user line: the tensor is born here
-            self.seq += 1
-            origin = Origin(where, "input-varies", self.seq)
+        if oid is not None:
+            out_origins = origins | self._produced(oid, out)
         else:
-            origin = None
-        if origin is not None:
-            for t in _iter_tensors(out):
-                if getattr(t, "_opscope_origin", None) is None or data_dep or t is not (args[0] if args else None):
-                    try:
-                        t._opscope_origin = origin
-                    except Exception:
-                        pass
+            out_origins = origins
+        first = args[0] if args else None
+        for t in _iter_tensors(out):
+            if t is first and kind is None and getattr(t, "_opscope_origins", None):
+                continue  # an in-place op keeps its tensor's shape and origins
+            try:
+                t._opscope_origins = out_origins
+            except Exception:
+                pass
         return out
+
+
+def _pass_origins(args, out) -> None:
+    """Give ``out`` (a tensor standing for ``args[0]``'s data) the origins of ``args[0]``."""
+    if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
+        origins = getattr(args[0], "_opscope_origins", None)
+        if origins and getattr(out, "_opscope_origins", None) is None:
+            try:
+                out._opscope_origins = origins
+            except Exception:
+                pass
 
 
 def _is_accel(device) -> bool:

@@ -48,8 +48,9 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
             if c.parent is None:
                 phase_time[c.phase] = phase_time.get(c.phase, 0.0) + c.total_time_us
         steps.append(Step(index=record["step"], duration_us=round(record["duration_us"], 1),
-                          op_calls=len(step_calls), complete=record.get("complete", True),
-                          phase_time_us={k: round(v, 1) for k, v in phase_time.items()}))
+                          op_calls=sum(int(c.count or 1) for c in step_calls), complete=record.get("complete", True),
+                          phase_time_us={k: round(v, 1) for k, v in phase_time.items()},
+                          unrecorded=record.get("unrecorded") or {}))
         side[record["step"]] = record.get("side", {})
         if record.get("trace"):
             traces.append(record["trace"])

@@ -126,7 +126,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "charts": [(chart_titles[k], uri) for k, uri in charts.items() if uri],
         "columns": COLUMNS,
         "ops_json": script_safe_json(_ops_payload(rows)),
-        "root_causes": [{"source": rc.source or view.NA, "cause": rc.cause, "dims": view.fmt_dims(rc.varying_dims),
+        "root_causes": [{"source": rc.source or view.NA, "cause": rc.kind or rc.cause, "dims": view.fmt_dims(rc.varying_dims),
                          "ops": ", ".join(str(o) for o in rc.ops or []), "suggestion": rc.suggestion,
                          "evidence": rc.evidence} for rc in result.root_causes],
         "dynamic_shapes": [{"op": ds.op, "source": ds.source or view.NA, "cause": ds.cause,

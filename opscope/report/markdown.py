@@ -69,7 +69,7 @@ def render_markdown(result: ScanResult) -> str:
     if result.root_causes:
         out += ["", "## Dynamic shapes: lines to fix", ""]
         out += _table(["source line", "cause", "varying dims", "affected ops", "suggested fix"],
-                      [[rc.source, rc.cause, view.fmt_dims(rc.varying_dims), ", ".join(map(str, rc.ops or [])),
+                      [[rc.source, rc.kind or rc.cause, view.fmt_dims(rc.varying_dims), ", ".join(map(str, rc.ops or [])),
                         rc.suggestion] for rc in result.root_causes])
     if result.findings:
         out += ["", "## CUDA-specific APIs", ""]

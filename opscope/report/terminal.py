@@ -50,7 +50,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
             t.add_column(col, overflow="fold")
         for rc in result.root_causes[:top]:
             ops = ", ".join(rc.ops[:4]) + (f" +{len(rc.ops) - 4}" if len(rc.ops) > 4 else "")
-            t.add_row(rc.source or "?", rc.cause, ops, rc.suggestion)
+            t.add_row(rc.source or "?", rc.kind or rc.cause, ops, rc.suggestion)
         console.print(t)
     else:
         console.print("Dynamic shapes: none (every operator kept the shapes of the first step)")

@@ -243,7 +243,7 @@ def top_fixes(result: ScanResult, limit: int = 10) -> list[Fix]:
     for rc in result.root_causes:
         affected = sum(op_time_by_name.get(name, 0.0) for name in rc.ops or [])
         fixes.append(Fix(
-            kind="dynamic shape", what=f"{rc.cause}: {len(rc.ops or [])} ops get changing shapes",
+            kind="dynamic shape", what=f"{rc.kind or rc.cause}: {len(rc.ops or [])} ops get changing shapes",
             where=rc.source or "", share=affected / total if total else None,
             fix=rc.suggestion or "make the shape fixed (pad, drop_last=True)", ops=list(rc.ops or [])))
 
