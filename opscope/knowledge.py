@@ -13,16 +13,17 @@ from opscope.resources import support_matrix_dir
 
 
 # The top-level keys each knowledge file may have, and the type of each: a misspelt key
-# would otherwise be silently ignored and its rules would quietly stop applying.
+# would otherwise be silently ignored and its rules would quietly stop applying.  A new
+# key (or file) is added here too; tests/test_hardening.py checks every shipped file.
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend_private_ops.yaml": {"patterns": list},
-    "cuda_api_rules.yaml": {"version": int, "safe_npu_members": list, "rules": list},
+    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list},
     "diff_rules.yaml": {k: list for k in (
         "structural", "private_ops", "phase_annotations", "step_annotations", "npu_inserted_ops",
         "npu_inserted_kernels", "fallback_children", "fallback_log_patterns", "device_processes",
         "device_kernel_categories", "launch_flow_categories")},
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
-    "dynamic_shapes.yaml": {"data_dependent_ops": list, "host_sync_ops": list, "python_to_aten": dict,
+    "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
     "runtime_remaps.yaml": {"rules": dict},

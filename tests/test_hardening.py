@@ -290,6 +290,16 @@ def test_operators_csv_and_markdown_escape_injections(scan_data, tmp_path):
 
 
 # ----------------------------------------------------------------------------- support_matrix yaml
+def test_every_knowledge_file_has_a_schema_and_passes_it():
+    from opscope.knowledge import SCHEMAS, load
+    from opscope.resources import support_matrix_dir
+
+    shipped = {p.name for p in support_matrix_dir().glob("*.yaml")}
+    assert shipped == set(SCHEMAS), "add the new file's keys to opscope.knowledge.SCHEMAS"
+    for name in shipped:
+        assert set(load(name)) <= set(SCHEMAS[name])
+
+
 @pytest.mark.parametrize("name", ["diff_rules.yaml", "substitutes.yaml", "verify_standards.yaml",
                                   "dynamic_shapes.yaml"])
 def test_a_misspelt_knowledge_key_is_an_error_not_ignored(name, tmp_path):
