@@ -348,3 +348,15 @@ def test_a_script_that_does_not_compile_fails_up_front_with_its_line(tmp_path):
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
     proc = run_opscope("scan", binary, "--out", tmp_path / "out", "--quiet")
     assert proc.returncode == 2 and "does not compile" in proc.stderr
+
+
+def test_a_fifo_as_log_or_e2e_script_is_refused(good_trace, tmp_path):
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    proc = run_opscope("diff", good_trace, good_trace, "--log-b", fifo, "--out", tmp_path / "o", "--quiet",
+                       timeout=120)
+    assert proc.returncode == 2 and "special file" in proc.stderr
+    script = tmp_path / "e2e.py"
+    script.write_text("def f(:\n")
+    proc = run_opscope("verify", "--e2e", script, "--device", "cpu", "--out", tmp_path / "e2e", timeout=120)
+    assert proc.returncode == 2 and f"{script}:1:" in proc.stderr

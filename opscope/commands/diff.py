@@ -43,11 +43,17 @@ def _formats(text: str) -> list[str]:
     return formats
 
 
+MAX_LOG_BYTES = 256 << 20   # the fallback warnings of a console log; the rest of a bigger log is not read
+
+
 def _read_log(path):
     if not path:
         return None
+    from opscope.schema import regular_file
+    regular_file(Path(path), "log")   # a FIFO would block forever
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(MAX_LOG_BYTES)
     except OSError as exc:
         raise UserError(f"cannot read log {path} ({exc.strerror}); pass an existing file", EXIT_USAGE) from None
 
@@ -68,6 +74,7 @@ def run(args) -> int:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}", EXIT_USAGE)
     from opscope.atomic import ensure_out_dir, write_failed, write_via_temp
     out = ensure_out_dir(Path(args.out), "--out")   # before the (long) loading
+    log_a, log_b = _read_log(args.log_a), _read_log(args.log_b)
     ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
     label_a = args.label_a or ranks_a[0].device
     label_b = args.label_b or ranks_b[0].device
@@ -75,7 +82,7 @@ def run(args) -> int:
         label_a, label_b = f"A ({label_a})", f"B ({label_b})"
     result = diff_profiles(ranks_a, ranks_b, label_a=label_a, label_b=label_b, warmup=args.warmup,
                            batch_size=args.batch_size, devices_a=args.devices_a, devices_b=args.devices,
-                           log_a=_read_log(args.log_a), log_b=_read_log(args.log_b))
+                           log_a=log_a, log_b=log_b)
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff
         print_diff(result, top=args.top)
