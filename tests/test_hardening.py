@@ -360,3 +360,14 @@ def test_a_fifo_as_log_or_e2e_script_is_refused(good_trace, tmp_path):
     script.write_text("def f(:\n")
     proc = run_opscope("verify", "--e2e", script, "--device", "cpu", "--out", tmp_path / "e2e", timeout=120)
     assert proc.returncode == 2 and f"{script}:1:" in proc.stderr
+
+
+def test_output_folder_that_is_a_file_is_exit_2_before_loading(scan_data, good_trace, tmp_path, capsys):
+    run = _run_dir(tmp_path, scan_data)
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder")
+    for argv in (("report", run, "-o", taken), ("diff", good_trace, good_trace, "--out", taken, "--quiet"),
+                 ("report", run, "-o", taken / "sub")):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and str(taken) in err
+    assert taken.read_text() == "a file, not a folder"
