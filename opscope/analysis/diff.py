@@ -9,8 +9,6 @@ same number of steps.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -105,11 +103,11 @@ def aggregate(profile: Profile, use_phase: bool = True, use_dtypes: bool = True)
         if row is None:
             row = table[key] = {"calls": 0.0, "host": 0.0, "total": 0.0, "device": 0.0,
                                 "parents": Counter(), "source": call.source, "dtypes": call.dtypes}
-        row["calls"] += 1
+        row["calls"] += call.count
         row["host"] += call.self_time_us
         row["total"] += call.total_time_us
         row["device"] += call.device_time_us
-        row["parents"][call.parent] += 1
+        row["parents"][call.parent] += call.count
     for row in table.values():
         for k in ("calls", "host", "total", "device"):
             row[k] /= n
@@ -276,7 +274,7 @@ def side_summary(profile: Profile, label: str, warmup=None, batch_size=None, dev
     n = step_count(profile)
     return {
         "label": label, "path": profile.path, "format": profile.source_format, "device": profile.device,
-        "rank": profile.rank, "op_calls_per_step": round(len(calls) / n, 3),
+        "rank": profile.rank, "op_calls_per_step": round(sum(c.count for c in calls) / n, 3),
         "distinct_operators": len({c.name for c in calls}),
         "host_time_per_step_us": round(host / n, 3), "device_time_per_step_us": round(device / n, 3),
         "device_time_unattributed_us": profile.metadata.get("device_time_unattributed_us"),
@@ -445,4 +443,6 @@ def _notes(pa, pb, result) -> list[str]:
                          f"excluded from the average step time")
         if st["fps"] is None and st["avg_step_us"]:
             notes.append(f"{side['label']}: pass --batch-size to get FPS")
+    for side, prof in ((result.a, pa), (result.b, pb)):
+        notes.extend(f"{side['label']}: {n}" for n in prof.metadata.get("notes") or [])  # what a loader skipped
     return notes

@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 from opscope.model import VERDICTS, ScanResult
 from opscope.report import view
