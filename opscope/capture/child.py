@@ -83,7 +83,7 @@ def main(config_path: str, analyse=None) -> int:
         tmp.replace(outcome_path)
 
     session = None
-    from opscope.capture.session import CaptureSession, StopScan
+    from opscope.capture.session import StopScan
     try:
         device = _resolve_device(config.get("device", "auto"))
     except Exception as exc:  # a UserError: the parent prints it as one line
