@@ -180,3 +180,17 @@ def test_sigterm_to_opscope_stops_the_script_and_writes_results(tmp_path):
     assert scan_json["complete"] is False and (out / "report.html").exists()
     time.sleep(0.5)
     assert not _alive(str(SCRIPTS / "hang_at_step2.py")), "the script outlived opscope"
+
+
+def test_control_characters_in_the_error_text_never_break_the_reports(tmp_path):
+    proc = run_opscope("scan", SCRIPTS / "crash_ansi_error.py", "--steps", "4", "--out", tmp_path, "--quiet",
+                       "--format", "html,xlsx,md")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Weights only load failed" in proc.stderr
+    import openpyxl
+    book = openpyxl.load_workbook(tmp_path / "report.xlsx")
+    text = "\n".join(str(cell.value) for sheet in book for row in sheet.iter_rows() for cell in row
+                     if cell.value is not None)
+    assert "Weights only load failed" in text and "\x1b" not in text and "\x07" not in text
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Weights only load failed" in html and "\x1b" not in html

@@ -133,7 +133,8 @@ def main(config_path: str, analyse=None) -> int:
         where = _user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1
-        message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+        from opscope.text import printable
+        message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
         where = _user_frame_summary(exc, script)
         tb_path = out_dir / "capture" / "script_traceback.txt"
         tb_path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")

@@ -9,19 +9,17 @@ spreadsheet stores exactly (``10**400``, inf, NaN) become their text.
 from __future__ import annotations
 
 import math
-import re
+
+from opscope.text import printable
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32_767                      # Excel's limit on characters in a cell
 MAX_EXACT = 2 ** 53                    # integers beyond lose digits as a spreadsheet number
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")   # what XML 1.0 / openpyxl refuse
 
 
 def clean_text(text: str) -> str:
     """Text without terminal escape sequences or characters XML cannot hold."""
-    text = _ANSI.sub("", text)
-    text = _ILLEGAL.sub("\ufffd", text)
+    text = printable(text)
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 3] + "..."
 
 
