@@ -50,6 +50,15 @@ class CompiledRules:
         self.device_kernel_categories = set(raw.get("device_kernel_categories") or [])
         self.launch_flow_categories = set(raw.get("launch_flow_categories") or [])
         self._kind_cache: dict[str, str] = {}
+        tasks = raw.get("device_task_classes") or {}
+        self.communication_processes = set(tasks.get("communication_processes") or [])
+        self._comm_threads = _matcher(tasks.get("communication_threads"))
+        self._comm_subtask_threads = _matcher(tasks.get("communication_subtask_threads"))
+        self._comm_kernels = _matcher(tasks.get("communication_kernels"))
+        self._comm_tasks = _matcher(tasks.get("communication_task_types"))
+        self._transfer_tasks = _matcher(tasks.get("transfer_task_types"))
+        self.transfer_categories = set(tasks.get("transfer_categories") or [])
+        self._sync_tasks = _matcher(tasks.get("sync_task_types"))
 
     def kind(self, name: str) -> str:
         """'op' (compared), 'private' (folded into its parent op) or 'annotation'."""
@@ -84,3 +93,28 @@ class CompiledRules:
 
     def is_fallback_child(self, name: str) -> bool:
         return bool(self._fallback_children and self._fallback_children.match(name))
+
+    def communication_thread(self, thread_name: str | None) -> str | None:
+        """'collective' (one event per collective), 'subtask' (its details) or None."""
+        if not thread_name:
+            return None
+        if self._comm_threads and self._comm_threads.match(thread_name):
+            return "collective"
+        if self._comm_subtask_threads and self._comm_subtask_threads.match(thread_name):
+            return "subtask"
+        return None
+
+    def task_class(self, name: str, task_type: str | None, category: str | None) -> str:
+        """What a device task is: 'communication' | 'comm-subtask' | 'transfer' | 'sync' | 'compute'."""
+        if self._comm_kernels and self._comm_kernels.match(name):
+            return "communication"
+        if task_type:
+            if self._comm_tasks and self._comm_tasks.match(task_type):
+                return "comm-subtask"
+            if self._transfer_tasks and self._transfer_tasks.match(task_type):
+                return "transfer"
+            if self._sync_tasks and self._sync_tasks.match(task_type):
+                return "sync"
+        if category in self.transfer_categories:
+            return "transfer"
+        return "compute"
