@@ -78,12 +78,25 @@ def write_diff_xlsx(result, path) -> Path:
     _sheet(wb, "Steps", ["run", "step", "duration ms", "warm-up"],
            [[side["label"], s["index"], s["duration_us"] / 1000, s["warmup"]] for side in (a, b)
             for s in side["step"]["steps"]])
+    _sheet(wb, "Device split", ["run", "host step ms", "preparing ms", "device step ms", "computing ms",
+                                "communication ms", "overlapped ms", "comm not overlapped ms", "free ms", "copies ms"],
+           [[side["label"], *((side["step"]["device_split_us"].get(k) or 0) / 1000 for k in (
+               "host_span_us", "preparing_us", "device_span_us", "computing_us", "communication_us",
+               "overlapped_us", "communication_not_overlapped_us", "free_us", "transfer_us"))]
+            for side in (a, b) if side["step"].get("device_split_us")])
+    _sheet(wb, "Collectives", ["run", "collective", "operator", "calls/step", "time ms/step", "bytes/step",
+                               "algorithm GB/s"],
+           [[side["label"], c["name"], c["op"], c["calls"], c["time_us"] / 1000, c.get("bytes"),
+             c.get("algorithm_bandwidth_gb_s")] for side in (a, b) for c in side.get("collectives") or []])
     rank_rows = []
+    ms = lambda v: None if v is None else v / 1000   # noqa: E731
     for key, ranks in result.ranks.items():
         label = (a if key == "a" else b)["label"]
         for r in ranks["ranks"]:
-            rank_rows.append([label, r["rank"], (r["avg_step_us"] or 0) / 1000, r["device_time_us"] / 1000,
-                              r["host_time_us"] / 1000, r["rank"] == ranks.get("straggler")])
-    _sheet(wb, "Ranks", ["run", "rank", "avg step ms", "device ms", "host ms", "straggler"], rank_rows)
+            rank_rows.append([label, r["rank"], ms(r["host_step_us"]), ms(r["device_step_us"]), ms(r["computing_us"]),
+                              ms(r["communication_us"]), ms(r["wait_us"]), ms(r["late_us"]), ms(r["free_us"]),
+                              r["rank"] == ranks.get("slow_rank"), ranks.get("slow_rank_reason")])
+    _sheet(wb, "Ranks", ["run", "rank", "host step ms", "device step ms", "computing ms", "communication ms",
+                         "wait ms", "late arrival ms", "free ms", "slow rank", "why"], rank_rows)
     wb.save(path)
     return path
