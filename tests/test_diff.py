@@ -33,7 +33,7 @@ def alexnet_cpu_run(tmp_path_factory) -> Path:
 @needs_shared
 def test_acceptance_cpu_scan_vs_real_npu_run(alexnet_cpu_run, tmp_path, capsys):
     out = tmp_path / "diff"
-    code = main(["diff", str(alexnet_cpu_run), str(NPU_RANKS), "--batch-size", "32", "--out", str(out)])
+    code = main(["diff", str(alexnet_cpu_run), str(NPU_RANKS), "--batch-size", "4,32", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "Inserted by the NPU stack" in printed and "Step time and throughput" in printed
@@ -54,13 +54,54 @@ def test_acceptance_cpu_scan_vs_real_npu_run(alexnet_cpu_run, tmp_path, capsys):
     inserted = {i["name"]: i for i in data["inserted"]}
     assert inserted["npu::npu_dtype_cast"]["kind"] == "operator"
     assert inserted["TransData"]["device_us"] > 1000 and "aten::_convolution" in inserted["TransData"]["triggered_by"]
-    assert not [r for r in rows if r["name"] == "npu::npu_dtype_cast" and r["status"] != "inserted"]
+    # 7 npu_dtype_cast calls: 5 inserted under convolution_backward, 2 are the user's own casts
+    # (aten::to called from main.py): folded into that aten::to, not counted as inserted
+    casts = [r for r in rows if r["name"] == "npu::npu_dtype_cast"]
+    assert sum(r["calls_b"] for r in casts) == 7
+    assert sum(r["calls_b"] for r in casts if r["status"] == "inserted") == 5
+    assert {r["parent"] for r in casts if r["status"] != "inserted"} == {"aten::to"}
+    assert inserted["npu::npu_dtype_cast"]["triggered_by"] == ["aten::convolution_backward"]
+    # Cast kernels of every naming family (aclnnTopk_CastAiCore_Cast, ...) = kernel_details.csv's Type
+    import csv
+    with open(NPU_RANKS / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as fh:
+        types = [row["Type"] for row in csv.DictReader(fh)]
+    assert inserted["Cast"]["calls"] == types.count("Cast") == 4
+    assert inserted["TransData"]["calls"] == types.count("TransData") == 57
+    assert "aten::topk" in inserted["Cast"]["triggered_by"]
     # CPU-private ops are folded, never reported as missing on the NPU
     missing = [o["name"] for o in data["only_a"]] + [r["name"] for r in rows if r["status"] == "only-a"]
     assert not [n for n in missing if "mkldnn" in n or "nnpack" in n or "slow_conv" in n]
     assert not [n for n in (o["name"] for o in data["only_b"]) if n.startswith("aclnn") or "::" not in n]
-    # step time / FPS: CPU warm-up step named and excluded; NPU FPS over its 2 ranks
+    # decompositions folded, set-up left out: "only in CPU" holds no child of a matched operator
+    # and no set-up/data-loading operator; no fractional per-step counts
+    only_a = {o["name"]: o for o in data["only_a"]}
+    for child in ("aten::clamp_min_", "aten::fill_", "aten::bernoulli_", "aten::zero_", "aten::normal_",
+                  "aten::uniform_", "aten::randn", "aten::random_", "aten::randint", "aten::stack", "aten::cat"):
+        assert child not in only_a, child
+    assert all(o["under"] is None for o in data["only_a"] + data["only_b"])
+    assert all(float(o["calls"]).is_integer() for o in data["only_a"] + data["only_b"])
+    folded = {(f["parent"], f["name"]) for f in data["folded"]}
+    assert ("aten::relu_", "aten::clamp_min_") in folded and ("aten::dropout", "aten::bernoulli_") in folded
+    assert ("aten::dropout", "npu::_npu_dropout") in folded
+    # the optimizer difference stands out with its cause: per-parameter add vs _foreach_*
+    assert "aten::add" in only_a and "per-parameter" in only_a["aten::add"]["cause"]
+    assert "foreach" in next(o for o in data["only_b"] if o["name"] == "aten::_foreach_add_")["cause"]
+    # dtype changes: only the real one (max-pool indices int64 -> int8 mask), reported once
+    assert len(data["dtype_changes"]) <= 2
+    pool = [d for d in data["dtype_changes"] if d["name"] == "aten::max_pool2d_with_indices_backward"]
+    assert len(pool) == 1 and (pool[0]["a"], pool[0]["b"]) == ("long int", "signed char")
+    assert pool[0]["signatures"] == 3 and "int8" in pool[0]["cause"]
+    # the batch copied to the NPU is a transfer, not a copy_ paired with an unrelated CPU op
+    moved = data["transfers"][1]["items"]
+    assert {(t["shape"][0] if t["shape"] else None, t["dtype"]) for t in moved} == {(32, "float"), (32, "long int")}
+    assert not [r for r in rows if r["name"] == "aten::copy_" and r["status"] == "changed"
+                and (r["input_shapes_b"] or [[]])[0] == [32, 3, 224, 224]]
+    # step time / FPS per side with its own batch size: CPU 4 / its step, NPU 32 x 2 ranks / its step
     assert data["a"]["step"]["warmup_steps"] == [1] and data["a"]["step"]["measured_steps"] == [2]
+    scan = json.loads((alexnet_cpu_run / "scan.json").read_text())
+    cpu_step2 = next(s["duration_us"] for s in scan["steps"] if s["index"] == 2)
+    assert data["a"]["step"]["fps"] == pytest.approx(4 / (cpu_step2 / 1e6), rel=1e-3)
+    assert data["a"]["step"]["batch_size"] == 4 and data["b"]["step"]["batch_size"] == 32
     npu_step = data["b"]["step"]
     assert npu_step["devices"] == 2 and npu_step["fps"] == pytest.approx(32 * 2 / (155985.8 / 1e6), rel=1e-3)
     # the two NPU ranks compared with each other: rank 0 has the longer host step because it
@@ -146,8 +187,19 @@ def test_rank_against_rank(tmp_path):
     result = diff_profiles(r0, r1, label_a="rank0", label_b="rank1")
     statuses = [r.status for r in result.operators]
     assert statuses.count("same") > 0.8 * len(statuses)
-    assert {i["name"] for i in result.inserted} == {"TransData"}     # B's kernels; A's listed too
+    assert {i["name"] for i in result.inserted} == {"TransData", "Cast"}     # B's kernels; A's listed too
     assert any(i["side"] == "rank0" for i in result.inserted)
+    assert result.identical        # the ranks run the same operators; only their timing differs
+
+
+@needs_shared
+def test_a_run_against_itself_has_no_differences(tmp_path, capsys):
+    rank0 = str(NPU_RANKS / "rank0_ascend_pt")
+    assert main(["diff", rank0, rank0, "--out", str(tmp_path), "--format", "json"]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((tmp_path / "diff.json").read_text())
+    assert data["identical"] and "no differences" in printed and "Where the time went" not in printed
+    assert not (data["only_a"] or data["only_b"] or data["dtype_changes"] or data["call_count_changes"])
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

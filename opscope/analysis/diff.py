@@ -62,6 +62,10 @@ class DiffResult:
     inserted: list = field(default_factory=list)           # NPU-inserted operators and kernels
     fallbacks: list = field(default_factory=list)
     ranks: dict = field(default_factory=dict)              # {"a": {...}, "b": {...}} for multi-rank sides
+    transfers: list = field(default_factory=list)          # per side: host<->device copies, compared as transfers
+    folded: list = field(default_factory=list)             # one-sided backend decompositions folded into a parent
+    excluded: dict = field(default_factory=dict)           # per side: steps compared, set-up/transfer calls left out
+    identical: bool = False                                # nothing differs but timing
     notes: list = field(default_factory=list)
     schema: str = "opscope.diff/1"
 
@@ -94,11 +98,53 @@ def stepped_calls(profile: Profile) -> list:
     return inside or list(profile.calls)
 
 
-def aggregate(profile: Profile, use_phase: bool = True, use_dtypes: bool = True) -> dict:
+def measured_steps(profile: Profile, warmup: int | None = None) -> set:
+    """The steady-state steps (after the warm-up, ``WARMUP_RULE``) that per-step figures use."""
+    steps = [s for s in profile.steps if s.duration_us > 0]
+    if warmup is None:
+        warmup = 1 if len(steps) > 1 and steps[0].index <= 1 else 0
+    warmup = min(warmup, max(len(steps) - 1, 0))
+    return {s.index for s in steps[warmup:]}
+
+
+SETUP_PHASE = "other"   # set-up, data loading, zero_grad: outside the compared training step
+
+
+def compared_calls(profile: Profile, warmup: int | None = None) -> tuple[list, int, dict]:
+    """The calls compared operator by operator, the steps they span, and what was left out.
+
+    Only steady-state steps (the warm-up step carries set-up and one-off work, which
+    would show as fractional per-step counts); set-up and data loading (phase 'other':
+    DataLoader, opscope.setup) and host<->device transfers (compared separately) are
+    left out."""
+    steps = measured_steps(profile, warmup)
+    calls = [c for c in profile.calls if c.step in steps] if steps else []
+    if not calls:
+        calls, steps = stepped_calls(profile), None
+    n = len(steps) if steps else step_count(profile)
+    transfers = {id(profile.calls[i]) for i in profile.metadata.get("transfer_calls") or []
+                 if i < len(profile.calls)}
+    # phase 'other' means set-up only where the profile has phases at all (not a text table,
+    # not a profile whose every call is unclassified)
+    has_phases = profile.metadata.get("has_phases", True) and any(c.phase != SETUP_PHASE for c in calls)
+    kept, setup, moved = [], 0, 0
+    for call in calls:
+        if has_phases and call.phase == SETUP_PHASE:
+            setup += 1
+        elif id(call) in transfers:
+            moved += 1
+        else:
+            kept.append(call)
+    return kept, n, {"steps": sorted(steps) if steps else None, "setup_calls_per_step": round(setup / n, 3),
+                     "transfer_calls_per_step": round(moved / n, 3)}
+
+
+def aggregate(profile: Profile, use_phase: bool = True, use_dtypes: bool = True, calls=None, n=None) -> dict:
     """(name, phase, shapes, dtypes) -> per-step calls and times, parent and source."""
-    n = step_count(profile)
+    if calls is None:
+        calls, n = stepped_calls(profile), step_count(profile)
     table: dict = {}
-    for call in stepped_calls(profile):
+    for call in calls:
         key = (call.name, call.phase if use_phase else ANY_PHASE, _freeze(call.input_shapes),
                _freeze(call.dtypes) if use_dtypes else ())
         row = table.get(key)
@@ -193,14 +239,35 @@ def _row(name, phase, status, key_a, key_b, ra, rb, dev_a, dev_b) -> OpDiff:
         parent=(rb or ra)["parent"], source=(ra or rb)["source"])
 
 
-def match_operators(a: Profile, b: Profile, rules=None) -> list[OpDiff]:
-    """Pair operator signatures of A and B; returns every row, biggest regression first."""
+def _ranks(key) -> tuple:
+    return tuple(len(s) if isinstance(s, (list, tuple)) else -1 for s in key[2])
+
+
+def _pairable(key_a, key_b, ta, tb) -> bool:
+    """Two signatures of one operator are the same call site changed only when they have
+    the same arguments with the same tensor ranks and the same parent operator (a batch
+    or dtype change); otherwise they are unrelated calls (an H2D copy is not a CPU copy)."""
+    if not key_a[2] or not key_b[2]:
+        return True                      # a text table without shapes
+    return _ranks(key_a) == _ranks(key_b) and ta[key_a]["parent"] == tb[key_b]["parent"]
+
+
+def match_operators(a: Profile, b: Profile, rules=None, warmup: int | None = None) -> list[OpDiff]:
+    """Pair operator signatures of A and B; returns every row, biggest regression first.
+
+    Rows of only one run whose parent operator exists are backend decompositions
+    (``clamp_min_`` under ``relu_`` on the CPU, ``_npu_dropout`` under ``dropout`` on the
+    NPU) and get status ``folded``: listed with their parent, never as a difference of
+    their own.  A dtype cast under a user's ``aten::to`` is the user's cast, not an inserted one."""
     from opscope.parsers.rules import rules as load_rules
 
     rules = rules or load_rules()
     use_phase = a.metadata.get("has_phases", True) and b.metadata.get("has_phases", True)
     use_dtypes = a.metadata.get("has_dtypes", True) and b.metadata.get("has_dtypes", True)
-    ta, tb = aggregate(a, use_phase, use_dtypes), aggregate(b, use_phase, use_dtypes)
+    calls_a, n_a, _ = compared_calls(a, warmup)
+    calls_b, n_b, _ = compared_calls(b, warmup)
+    ta = aggregate(a, use_phase, use_dtypes, calls_a, n_a)
+    tb = aggregate(b, use_phase, use_dtypes, calls_b, n_b)
     names_a, names_b = {k[0] for k in ta}, {k[0] for k in tb}
     ta = _rename(ta, _resolve_truncated(names_a, names_b))
     tb = _rename(tb, _resolve_truncated(names_b, names_a))
@@ -220,7 +287,7 @@ def match_operators(a: Profile, b: Profile, rules=None) -> list[OpDiff]:
         left = sorted(groups_a.get(group, []), key=lambda k: -ta[k]["calls"])
         right = sorted(groups_b.get(group, []), key=lambda k: -tb[k]["calls"])
         for key_a in left:
-            candidates = [k for k in right if len(k[2]) == len(key_a[2]) or not k[2] or not key_a[2]]
+            candidates = [k for k in right if _pairable(key_a, k, ta, tb)]
             if candidates:
                 key_b = max(candidates, key=lambda k: (_similarity(key_a, k), tb[k]["calls"]))
                 right.remove(key_b)
@@ -230,10 +297,26 @@ def match_operators(a: Profile, b: Profile, rules=None) -> list[OpDiff]:
                 row = _row(group[0], group[1], "only-a", key_a, None, ta[key_a], None, dev_a, dev_b)
             rows.append(row)
         for key_b in right:
-            status = "inserted" if rules.is_inserted_op(group[0]) else "only-b"
+            user_cast = rules.is_user_cast_parent(tb[key_b]["parent"]) and tb[key_b]["source"]
+            status = "inserted" if rules.is_inserted_op(group[0]) and not user_cast else "only-b"
             rows.append(_row(group[0], group[1], status, None, key_b, None, tb[key_b], dev_a, dev_b))
+    _fold_decompositions(rows, rules)
     rows.sort(key=lambda r: (-r.delta_us, r.name))
     return rows
+
+
+def _fold_decompositions(rows: list, rules) -> None:
+    """Mark one-sided rows nested in another operator as ``folded`` into that parent.
+
+    A backend implements a public operator with its own sub-operators (the CPU's
+    ``relu_`` calls ``clamp_min_``, ``zero_`` calls ``fill_``, dropout calls ``bernoulli_``;
+    the NPU's ``dropout`` calls ``_npu_dropout``, ``_foreach_add_`` calls ``result_type``):
+    the difference that matters is at the top, reported once.  ``never_fold`` in the rules
+    keeps an operator visible wherever it is nested."""
+    for r in rows:
+        if r.status in ("only-a", "only-b") and r.parent and not rules.never_fold(r.name):
+            r.status = "folded"
+            r.changes = [f"backend decomposition of {r.parent} (only in {'A' if r.calls_a else 'B'})"]
 
 
 # ----------------------------------------------------------------------------- steps
@@ -548,9 +631,12 @@ def diff_profiles(a, b, *, label_a: str = "A", label_b: str = "B", warmup: int |
     pa, pb = ranks_a[0], ranks_b[0]
     devices_a = devices_a or len(ranks_a)
     devices_b = devices_b or len(ranks_b)
-    rows = match_operators(pa, pb)
+    rows = match_operators(pa, pb, warmup=warmup)
     bs_a = batch_size_a if batch_size_a is not None else batch_size
     bs_b = batch_size_b if batch_size_b is not None else batch_size
+    from opscope.parsers.rules import rules as load_rules
+
+    rules = load_rules()
     result = DiffResult(a=side_summary(pa, label_a, warmup, bs_a, devices_a),
                         b=side_summary(pb, label_b, warmup, bs_b, devices_b), operators=rows)
     present_a = {r.name for r in rows if r.status != "only-b" and r.status != "inserted"}
@@ -570,12 +656,71 @@ def diff_profiles(a, b, *, label_a: str = "A", label_b: str = "B", warmup: int |
         if shapes:
             result.shape_changes.append({"name": r.name, "phase": r.phase, "args": shapes})
         for d in dtypes:
-            result.dtype_changes.append({"name": r.name, "phase": r.phase, **d})
+            shape_a = r.input_shapes_a[d["arg"]] if d["arg"] < len(r.input_shapes_a or []) else None
+            shape_b = r.input_shapes_b[d["arg"]] if d["arg"] < len(r.input_shapes_b or []) else None
+            if shape_a == [] and shape_b == [] and rules.is_python_scalar_dtype(d["a"]) \
+                    and rules.is_python_scalar_dtype(d["b"]):
+                continue        # a Python number wrapped as a 0-dim tensor: int vs float literal, not a port issue
+            key = (r.name, r.phase, d["arg"], d["a"], d["b"])
+            same = next((x for x in result.dtype_changes if (x["name"], x["phase"], x["arg"], x["a"], x["b"]) == key),
+                        None)
+            if same:
+                same["signatures"] += 1
+            else:
+                result.dtype_changes.append({"name": r.name, "phase": r.phase, **d, "signatures": 1,
+                                             "cause": rules.known_cause(r.name, "dtype", d["a"], d["b"])})
+    for item in result.only_a:
+        item["cause"] = rules.known_cause(item["name"], "a")
+    for item in result.only_b:
+        item["cause"] = rules.known_cause(item["name"], "b")
+    _, _, excl_a = compared_calls(pa, warmup)
+    _, _, excl_b = compared_calls(pb, warmup)
+    result.transfers = [_transfers(p, label) for p, label in ((pa, label_a), (pb, label_b))]
+    result.excluded = {"a": excl_a, "b": excl_b}
+    result.folded = _folded(rows)
     result.inserted = _inserted(rows, pb, label_b) + _inserted_kernels(pa, label_a)
     result.fallbacks = _fallbacks(pb, label_b, log_b) + _fallbacks(pa, label_a, log_a)
     result.ranks = {k: v for k, v in (("a", compare_ranks(ranks_a, warmup)), ("b", compare_ranks(ranks_b, warmup))) if v}
+    result.identical = not (result.only_a or result.only_b or result.dtype_changes or result.shape_changes
+                            or result.call_count_changes or result.folded
+                            or any(r.status not in ("same",) for r in rows))
     result.notes = _notes(pa, pb, result)
     return result
+
+
+def _transfers(profile: Profile, label: str) -> dict:
+    """Host<->device copies of the steady-state steps, per step: the operator that launched
+    each copy task (the batch and labels moving to the device)."""
+    steps = measured_steps(profile)
+    idx = profile.metadata.get("transfer_calls") or []
+    n = max(len(steps), 1)
+    leaves = defaultdict(lambda: {"calls": 0, "device_us": 0.0})
+    for i in idx:
+        call = profile.calls[i] if i < len(profile.calls) else None
+        if call is None or (steps and call.step not in steps) or call.device_time_us <= 0:
+            continue
+        e = leaves[(call.name, _freeze(call.input_shapes[:1]), _freeze(call.dtypes[:1]), call.source)]
+        e["calls"] += 1
+        e["device_us"] += call.device_time_us
+    items = [{"name": k[0], "shape": _thaw(k[1])[0] if k[1] else None, "dtype": k[2][0] if k[2] else None,
+              "source": k[3], "calls": round(v["calls"] / n, 3), "device_us": round(v["device_us"] / n, 3)}
+             for k, v in leaves.items()]
+    note = None
+    if profile.device == "cpu":
+        note = "a CPU run moves no data to a device: .to(device) is a no-op there"
+    return {"side": label, "items": sorted(items, key=lambda x: -x["device_us"]), "note": note}
+
+
+def _folded(rows) -> list[dict]:
+    by = defaultdict(lambda: {"calls": 0.0, "time_us": 0.0})
+    for r in rows:
+        if r.status == "folded":
+            side = "a" if r.calls_a else "b"
+            e = by[(side, r.parent, r.name)]
+            e["calls"] += r.calls_a or r.calls_b
+            e["time_us"] += r.time_a_us if side == "a" else r.time_b_us
+    return [{"side": k[0], "parent": k[1], "name": k[2], "calls": round(v["calls"], 3), "time_us": round(v["time_us"], 3)}
+            for k, v in sorted(by.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))]
 
 
 def _name_summary(rows, status, present_other) -> list[dict]:
@@ -616,8 +761,17 @@ def _inserted_kernels(profile, label) -> list[dict]:
 
 
 def _notes(pa, pb, result) -> list[str]:
-    notes = ["counts and times are per captured step; 'time' is device time on an accelerator, "
-             "host self time on the CPU"]
+    notes = ["counts and times are per steady-state step (the warm-up step is left out); 'time' is device time "
+             "on an accelerator, host self time on the CPU"]
+    if result.identical:
+        notes.insert(0, "no differences: every operator signature matches with the same calls per step "
+                        "(only timing differs)")
+    for key, side in (("a", result.a), ("b", result.b)):
+        ex = result.excluded.get(key) or {}
+        if ex.get("setup_calls_per_step") or ex.get("transfer_calls_per_step"):
+            notes.append(f"{side['label']}: left out of the operator comparison per step: "
+                         f"{ex.get('setup_calls_per_step', 0):g} set-up/data-loading calls (phase other) and "
+                         f"{ex.get('transfer_calls_per_step', 0):g} host<->device transfer calls (listed as transfers)")
     if not (pa.metadata.get("has_phases", True) and pb.metadata.get("has_phases", True)):
         notes.append("one input has no phase information (text table): forward and backward matched together")
     if not (pa.metadata.get("has_dtypes", True) and pb.metadata.get("has_dtypes", True)):

@@ -214,6 +214,7 @@ class ProfileBuilder:
         fallback = defaultdict(set)            # call index -> evidence names
         thread_index = {}                      # (pid, tid) -> (starts, ends, owners)
         windows = []                           # (start, end, step) of step annotations
+        parent_of: list[int] = []              # call index -> index of its parent operator (-1: none)
         kind_of = rules.kind
         for thread in list(self.host):
             evs = self.host.pop(thread)
@@ -266,6 +267,7 @@ class ProfileBuilder:
                         parent=calls[owner].name if owner is not None else None,
                         source=self._source(call_stack) if call_stack else None, step=step or 0, thread=tid,
                         seq_nr=int(seq) if isinstance(seq, int) else -1, start_us=ts, device="cpu"))
+                    parent_of.append(owner if owner is not None else -1)
                     node = (end, len(calls) - 1, phase, step, False)
                     if step:
                         steps.setdefault(step, Step(index=step)).op_calls += 1
@@ -276,8 +278,8 @@ class ProfileBuilder:
             thread_index[thread] = (starts, ends, owners)
 
         _steps_by_time(calls, windows, steps)
-        unattributed, inserted, tasks, collectives = self._attach_kernels(kernels, thread_index, calls, device,
-                                                                          comm_threads, windows)
+        unattributed, inserted, tasks, collectives, copies = self._attach_kernels(
+            kernels, thread_index, calls, device, comm_threads, windows)
         for idx in fallback:
             calls[idx].device = "cpu"
         for call in calls:
@@ -294,6 +296,7 @@ class ProfileBuilder:
             "clock_base_us": self.clock.base,
             "device_steps": device_steps,
             "collectives": collectives,
+            "transfer_calls": _transfer_chains(copies, calls, parent_of, rules),
             "fallback_evidence": [{"op": calls[i].name, "evidence": sorted(n), "step": calls[i].step}
                                   for i, n in sorted(fallback.items())],
         })
@@ -339,7 +342,7 @@ class ProfileBuilder:
         span_starts = [s[0] for s in spans]
         step_windows = sorted(windows)
         window_starts = [w[0] for w in step_windows]
-        tasks, collectives = [], []
+        tasks, collectives, copies = [], [], set()
         for kernel, klass, owner in classified:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
             if owner is None and klass in ("comm-subtask", "communication") and spans:
@@ -358,6 +361,8 @@ class ProfileBuilder:
                 i = bisect.bisect_right(window_starts, ts) - 1
                 step = step_windows[i][2] if i >= 0 and ts <= step_windows[i][1] else 0
             tasks.append((ts, ts + dur, klass, step))
+            if klass == "transfer" and owner is not None and rules.is_host_transfer(name, info[0] if info else None):
+                copies.add(owner)
             if klass == "communication":
                 count, dtype = (info[1], info[2]) if info else (None, None)
                 collectives.append({
@@ -366,14 +371,26 @@ class ProfileBuilder:
                     "start_us": round((self.clock.base or 0) + ts, 3), "duration_us": round(dur, 3),
                     "count": count, "data_type": dtype, "bytes": _bytes(count, dtype)})
             if rules.is_inserted_kernel(name):
-                entry = inserted[_kernel_type(name)]
+                entry = inserted[rules.kernel_type(name)]
                 entry["calls"] += 1
                 entry["device_time_us"] += dur
                 entry["ops"][calls[owner].name if owner is not None else "(unattributed)"] += 1
         inserted_list = [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
                           "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
         collectives.sort(key=lambda c: c["start_us"])
-        return unattributed, inserted_list, tasks, collectives
+        return unattributed, inserted_list, tasks, collectives, copies
+
+
+def _transfer_chains(copies, calls, parent_of, rules) -> list[int]:
+    """Indices of the calls that moved data between host and device: each transfer
+    operator that launched a host<->device copy task, with its ancestors that are the same transfer
+    (``aten::to`` -> ``aten::_to_copy`` -> ``aten::copy_``; ``transfer_ops`` in the rules)."""
+    marked = set()
+    for idx in copies:
+        while idx >= 0 and idx not in marked and rules.is_transfer_op(calls[idx].name):
+            marked.add(idx)
+            idx = parent_of[idx]
+    return sorted(marked)
 
 
 _DTYPE_BYTES = {"FP32": 4, "FLOAT": 4, "FP16": 2, "BF16": 2, "INT8": 1, "UINT8": 1, "INT16": 2, "INT32": 4,
