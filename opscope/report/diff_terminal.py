@@ -93,15 +93,30 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:
         console.print(t)
     for title, items in ((f"Only in {a['label']}", result.only_a), (f"Only in {b['label']}", result.only_b)):
         if items:
-            t = _table(f"{title}: {len(items)} operator(s)", ("operator", "calls/step", "time ms", "phases", "under"))
+            t = _table(f"{title}: {len(items)} operator(s)", ("operator", "calls/step", "time ms", "phases", "under",
+                                                              "likely cause"))
             for item in items[:top]:
                 t.add_row(item["name"], f"{item['calls']:g}", _ms(item["time_us"]), ", ".join(item["phases"]),
-                          item["under"] or "(top level)")
+                          item["under"] or "(top level)", item.get("cause") or "-")
             console.print(t)
+    moved = [(tr["side"], it) for tr in result.transfers for it in tr["items"]]
+    if moved:
+        t = _table("Host<->device transfers per step (compared as transfers, not as operators)",
+                   ("run", "operator", "tensor", "calls", "device ms", "source"))
+        for side, it in moved[:top]:
+            t.add_row(side, it["name"], f"{it['shape']} {it['dtype']}", f"{it['calls']:g}", _ms(it["device_us"]),
+                      it["source"] or "-")
+        console.print(t)
+    if result.folded:
+        console.print(f"[dim]{len(result.folded)} backend decomposition(s) folded into their parent operator "
+                      f"(e.g. {', '.join(f['name'] + ' under ' + str(f['parent']) for f in result.folded[:3])}); "
+                      f"see diff.json 'folded'[/]")
     if result.dtype_changes:
-        t = _table(f"dtype changes: {len(result.dtype_changes)}", ("operator", "phase", "arg", "A", "B"))
+        t = _table(f"dtype changes: {len(result.dtype_changes)}", ("operator", "phase", "arg", "A", "B", "signatures",
+                                                                   "likely cause"))
         for d in result.dtype_changes[:top]:
-            t.add_row(d["name"], d["phase"], str(d["arg"]), str(d["a"]), str(d["b"]))
+            t.add_row(d["name"], d["phase"], str(d["arg"]), str(d["a"]), str(d["b"]), str(d.get("signatures", 1)),
+                      d.get("cause") or "-")
         console.print(t)
     changed = [r for r in result.operators if r.status == "changed"]
     if changed:

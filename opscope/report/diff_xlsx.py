@@ -62,17 +62,25 @@ def write_diff_xlsx(result, path) -> Path:
              r.delta_us / 1000, r.host_a_us / 1000, r.host_b_us / 1000, r.device_a_us / 1000, r.device_b_us / 1000,
              r.input_shapes_a, r.input_shapes_b, r.dtypes_a, r.dtypes_b, "; ".join(r.changes), r.parent, r.source]
             for r in result.operators])
-    _sheet(wb, "Only in A", ["operator", "calls/step", "time ms", "phases", "under"],
-           [[i["name"], i["calls"], i["time_us"] / 1000, ", ".join(i["phases"]), i["under"]] for i in result.only_a])
-    _sheet(wb, "Only in B", ["operator", "calls/step", "time ms", "phases", "under"],
-           [[i["name"], i["calls"], i["time_us"] / 1000, ", ".join(i["phases"]), i["under"]] for i in result.only_b])
+    _sheet(wb, "Only in A", ["operator", "calls/step", "time ms", "phases", "under", "likely cause"],
+           [[i["name"], i["calls"], i["time_us"] / 1000, ", ".join(i["phases"]), i["under"], i.get("cause")]
+            for i in result.only_a])
+    _sheet(wb, "Only in B", ["operator", "calls/step", "time ms", "phases", "under", "likely cause"],
+           [[i["name"], i["calls"], i["time_us"] / 1000, ", ".join(i["phases"]), i["under"], i.get("cause")]
+            for i in result.only_b])
     _sheet(wb, "Inserted", ["side", "kind", "name", "calls/step", "host ms", "device ms", "triggered by"],
            [[i["side"], i["kind"], i["name"], i["calls"], i["host_us"] / 1000, i["device_us"] / 1000,
              ", ".join(i["triggered_by"])] for i in result.inserted])
     _sheet(wb, "CPU fallbacks", ["side", "operator", "count", "evidence"],
            [[f["side"], f["op"], f["count"], f["evidence"]] for f in result.fallbacks])
-    _sheet(wb, "dtype changes", ["operator", "phase", "arg", "A", "B"],
-           [[d["name"], d["phase"], d["arg"], d["a"], d["b"]] for d in result.dtype_changes])
+    _sheet(wb, "dtype changes", ["operator", "phase", "arg", "A", "B", "signatures", "likely cause"],
+           [[d["name"], d["phase"], d["arg"], d["a"], d["b"], d.get("signatures", 1), d.get("cause")]
+            for d in result.dtype_changes])
+    _sheet(wb, "Transfers", ["run", "operator", "shape", "dtype", "calls/step", "device ms", "source"],
+           [[tr["side"], it["name"], str(it["shape"]), it["dtype"], it["calls"], it["device_us"] / 1000, it["source"]]
+            for tr in result.transfers for it in tr["items"]])
+    _sheet(wb, "Folded", ["run", "parent", "folded operator", "calls/step", "time ms"],
+           [[f["side"], f["parent"], f["name"], f["calls"], f["time_us"] / 1000] for f in result.folded])
     _sheet(wb, "Call counts", ["operator", "phase", "calls A", "calls B"],
            [[c["name"], c["phase"], c["calls_a"], c["calls_b"]] for c in result.call_count_changes])
     _sheet(wb, "Steps", ["run", "step", "duration ms", "warm-up"],
