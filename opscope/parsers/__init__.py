@@ -8,12 +8,14 @@ accepted formats.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from opscope.errors import EXIT_USAGE, UserError
 
 ACCEPTED = ("profiler text log (key_averages().table()), Chrome trace .json/.json.gz, "
-            "Ascend *_ascend_pt folder (or a folder of ranks), opscope run directory (scan.json)")
+            "Ascend *_ascend_pt folder, text or db export (or a folder of ranks), Ascend profiler .db, "
+            "opscope run directory (scan.json)")
 
 
 def _fail(path, problem: str) -> UserError:
@@ -21,7 +23,7 @@ def _fail(path, problem: str) -> UserError:
 
 
 def detect_format(path) -> str:
-    """'opscope-run' | 'ascend' | 'ascend-ranks' | 'chrome-trace' | 'text-table'."""
+    """'opscope-run' | 'ascend' | 'ascend-ranks' | 'ascend-db' | 'chrome-trace' | 'text-table'."""
     from opscope.parsers.ascend import is_ascend_dir, rank_dirs
     from opscope.parsers.scan_dir import is_run_dir
     from opscope.parsers.text_table import looks_like_table
@@ -39,6 +41,8 @@ def detect_format(path) -> str:
         raise _fail(path, "is a folder with neither scan.json nor ASCEND_PROFILER_OUTPUT")
     with open(path, "rb") as fh:
         head = fh.read(65536)
+    if head[:16] == b"SQLite format 3\x00":
+        return "ascend-db"
     if head[:2] == b"\x1f\x8b":
         return "chrome-trace"
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
@@ -75,6 +79,9 @@ def load_profile(path):
             return load_ascend(path)
         if fmt == "ascend-ranks":
             return load_profiles(path)[0]
+        if fmt == "ascend-db":
+            from opscope.parsers.ascend import load_ascend_db
+            return load_ascend_db(path)
         if fmt == "chrome-trace":
             from opscope.parsers.chrome_trace import load_chrome_trace
             prof = load_chrome_trace(path)
@@ -83,6 +90,6 @@ def load_profile(path):
             return prof
         from opscope.parsers.text_table import load_text_table
         return load_text_table(path)
-    except (TraceFormatError, TableFormatError, FileNotFoundError, json.JSONDecodeError,
+    except (TraceFormatError, TableFormatError, FileNotFoundError, json.JSONDecodeError, sqlite3.Error,
             UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise _fail(path, f"cannot be read as {fmt} ({exc})") from None

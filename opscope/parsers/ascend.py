@@ -62,12 +62,38 @@ def load_ascend(path) -> Profile:
     out = folder / OUTPUT_DIR
     trace = out / TRACE
     if not trace.is_file():
-        raise FileNotFoundError(f"{trace} is missing (export the profiler with the text/trace format)")
+        from opscope.parsers.ascend_db import find_db
+        if find_db(folder) is not None:
+            return load_ascend_db(folder)
+        raise FileNotFoundError(f"{trace} is missing and there is no ascend_pytorch_profiler_*.db "
+                                f"(export the profiler with the text or db format)")
     builder = ProfileBuilder("ascend", folder)
     builder.add(TraceReader(trace))
     prof = builder.build()
     prof.rank = _rank_of(folder)
     breakdown = _step_breakdown(out / STEP_CSV)
+    if breakdown:
+        prof.metadata["device_step_breakdown_us"] = breakdown
+    return prof
+
+
+def load_ascend_db(path) -> Profile:
+    """A rank folder of the SQLite export, or one ``ascend_pytorch_profiler_*.db`` file."""
+    from opscope.parsers.ascend_db import db_events, find_db, step_breakdown_db
+
+    path = Path(path)
+    db = find_db(path)
+    if db is None:
+        raise FileNotFoundError(f"{path}: no ascend_pytorch_profiler_*.db")
+    folder = db.parent.parent if db.parent.name == OUTPUT_DIR else db.parent
+    builder = ProfileBuilder("ascend-db", folder if path.is_dir() else db)
+    builder.add(db_events(db))
+    prof = builder.build()
+    prof.rank = _rank_of(folder)
+    if prof.rank is None:
+        match = re.search(r"profiler_(\d+)\.db$", db.name)
+        prof.rank = int(match.group(1)) if match else None
+    breakdown = step_breakdown_db(folder)
     if breakdown:
         prof.metadata["device_step_breakdown_us"] = breakdown
     return prof

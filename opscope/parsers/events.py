@@ -342,7 +342,7 @@ class ProfileBuilder:
         span_starts = [s[0] for s in spans]
         step_windows = sorted(windows)
         window_starts = [w[0] for w in step_windows]
-        tasks, collectives, copies = [], [], set()
+        tasks, collectives, copies = [], [], {}
         for kernel, klass, owner in classified:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
             if owner is None and klass in ("comm-subtask", "communication") and spans:
@@ -361,8 +361,10 @@ class ProfileBuilder:
                 i = bisect.bisect_right(window_starts, ts) - 1
                 step = step_windows[i][2] if i >= 0 and ts <= step_windows[i][1] else 0
             tasks.append((ts, ts + dur, klass, step))
-            if klass == "transfer" and owner is not None and rules.is_host_transfer(name, info[0] if info else None):
-                copies.add(owner)
+            if klass == "transfer" and owner is not None:
+                certain = rules.is_host_transfer(name, info[0] if info else None)
+                if certain is not False:
+                    copies[owner] = copies.get(owner) or certain
             if klass == "communication":
                 count, dtype = (info[1], info[2]) if info else (None, None)
                 collectives.append({
@@ -386,10 +388,14 @@ def _transfer_chains(copies, calls, parent_of, rules) -> list[int]:
     operator that launched a host<->device copy task, with its ancestors that are the same transfer
     (``aten::to`` -> ``aten::_to_copy`` -> ``aten::copy_``; ``transfer_ops`` in the rules)."""
     marked = set()
-    for idx in copies:
+    for idx, certain in copies.items():
+        chain = []
         while idx >= 0 and idx not in marked and rules.is_transfer_op(calls[idx].name):
-            marked.add(idx)
+            chain.append(idx)
             idx = parent_of[idx]
+        # a copy task that may be device to device counts only under a .to() (aten::_to_copy)
+        if certain or any(calls[i].name in rules.to_copy_ops for i in chain):
+            marked.update(chain)
     return sorted(marked)
 
 

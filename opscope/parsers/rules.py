@@ -68,6 +68,8 @@ class CompiledRules:
         self._transfer_ops = _matcher(tasks.get("transfer_ops"))
         self._host_transfer_tasks = _matcher(tasks.get("host_transfer_task_types"))
         self._host_transfer_kernels = _matcher(tasks.get("host_transfer_kernels"))
+        self.maybe_host_transfer_task_types = set(tasks.get("maybe_host_transfer_task_types") or [])
+        self.to_copy_ops = set(tasks.get("to_copy_ops") or [])
 
     def kind(self, name: str) -> str:
         """'op' (compared), 'private' (folded into its parent op) or 'annotation'."""
@@ -139,11 +141,16 @@ class CompiledRules:
     def is_transfer_op(self, name: str) -> bool:
         return bool(self._transfer_ops and self._transfer_ops.match(name))
 
-    def is_host_transfer(self, name: str, task_type: str | None) -> bool:
-        """A copy between host and device memory (not device to device)."""
+    def is_host_transfer(self, name: str, task_type: str | None):
+        """A copy between host and device memory: True, False (device to device) or None
+        (the task type does not say: a ``.to()`` above it decides)."""
         if task_type and self._host_transfer_tasks and self._host_transfer_tasks.match(task_type):
             return True
-        return bool(self._host_transfer_kernels and self._host_transfer_kernels.match(name))
+        if self._host_transfer_kernels and self._host_transfer_kernels.match(name):
+            return True
+        if task_type and task_type in self.maybe_host_transfer_task_types:
+            return None
+        return False
 
     def is_user_cast_parent(self, name: str | None) -> bool:
         return bool(name and self._user_cast_parents and self._user_cast_parents.match(name))
