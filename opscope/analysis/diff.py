@@ -433,18 +433,22 @@ def collective_summary(profile: Profile, measured_steps=None) -> list[dict]:
 
 
 def side_summary(profile: Profile, label: str, warmup=None, batch_size=None, devices=None) -> dict:
-    calls = stepped_calls(profile)
+    steady = measured_steps(profile, warmup)
+    calls = [c for c in profile.calls if c.step in steady] if steady else []
+    n = len(steady)
+    if not calls:
+        calls, n = stepped_calls(profile), step_count(profile)
     host = sum(c.self_time_us for c in calls)
     device = sum(c.device_time_us for c in calls)
-    n = step_count(profile)
     step = step_summary(profile, warmup, batch_size, devices)
     unattributed = profile.metadata.get("device_time_unattributed_us")
+    n_all = step_count(profile)
     out = {
         "label": label, "path": profile.path, "format": profile.source_format, "device": profile.device,
         "rank": profile.rank, "op_calls_per_step": round(len(calls) / n, 3),
         "distinct_operators": len({c.name for c in calls}),
         "host_time_per_step_us": round(host / n, 3), "device_time_per_step_us": round(device / n, 3),
-        "device_time_unattributed_us": round(unattributed / n, 3) if unattributed is not None else None,
+        "device_time_unattributed_us": round(unattributed / n_all, 3) if unattributed is not None else None,
         "device_time_unattributed_note": ("device tasks (compute, communication, copies) no operator launched, "
                                           "per step; event record/wait tasks are not work and not counted")
         if unattributed is not None and profile.device != "cpu" else None,
