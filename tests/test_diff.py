@@ -295,3 +295,45 @@ def test_npu_ranks_communication_step_split_and_slow_rank(tmp_path):
     expected_slow = 1 if (raw[0]["sync"] - raw[1]["sync"]) / mean_stage > 0.05 else None
     assert ranks["slow_rank"] == expected_slow and ranks["slow_rank"] != 0
     assert ranks["latest_arrival_rank"] == 1 and "threshold" in ranks["slow_rank_reason"]
+
+
+@needs_shared
+def test_operator_counts_and_device_time_match_operator_details():
+    """Per operator: call counts equal operator_details.csv (msprof-analyze's per-operator
+    source) exactly; device time equals its 'Device Total Duration' for operators with no
+    nested operator launching kernels, and never exceeds it (c10d::allreduce_ included)."""
+    from collections import Counter, defaultdict
+
+    from opscope.parsers.rules import rules
+
+    folder = NPU_RANKS / "rank0_ascend_pt"
+    kind = rules().kind
+    counts, total = Counter(), defaultdict(float)
+    with open(folder / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv", newline="") as fh:
+        import csv
+        for row in csv.DictReader(fh):
+            if kind(row["Name"]) == "op":
+                counts[row["Name"]] += 1
+                total[row["Name"]] += float(row["Device Total Duration(us)"])
+    prof = load_profile(folder)
+    assert Counter(c.name for c in prof.calls) == counts
+    ours = defaultdict(float)
+    for c in prof.calls:
+        ours[c.name] += c.device_time_us
+    parents = defaultdict(set)
+    for c in prof.calls:
+        if c.parent:
+            parents[c.name].add(c.parent)
+    nests_device_work = {c.parent for c in prof.calls if c.device_time_us > 0 and c.parent}
+    todo = list(nests_device_work)
+    while todo:                      # every ancestor of an operator that launched device work
+        for parent in parents[todo.pop()] - nests_device_work:
+            nests_device_work.add(parent)
+            todo.append(parent)
+    checked = 0
+    for name in counts:
+        assert ours[name] <= total[name] + 0.01, name
+        if name not in nests_device_work:
+            assert ours[name] == pytest.approx(total[name], abs=0.01), name
+            checked += 1
+    assert checked > 20 and ours["c10d::allreduce_"] == pytest.approx(total["c10d::allreduce_"], abs=0.01)
