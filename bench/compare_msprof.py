@@ -137,7 +137,7 @@ def main() -> int:
         print(f"TransData {label}: opscope {o_n} kernels {o_us / 1000:.3f} ms, msprof {t_n} kernels "
               f"{t_us / 1000:.3f} ms (ratio {_ratio(o_us, t_us)})")
 
-    print(f"\ntop-20 operators by msprof host time (ApiCompare, rank 0): calls and total host ms")
+    print("\ntop-20 operators by msprof host time (ApiCompare, rank 0): calls and total host ms")
     print(f"{'operator':44} {'opscope calls':>13} {'msprof calls':>12} {'opscope ms':>10} {'msprof ms':>10} {'ratio':>7}")
     from opscope.parsers.rules import rules
 

@@ -427,17 +427,6 @@ def _collective_type(name: str) -> str:
             return base
 
 
-def _kernel_type(name: str) -> str:
-    """'trans_TransData_12' / 'aclnnX_TransDataSpecial_TransData' -> 'TransData'; 'Cast3' -> 'Cast'."""
-    tail = name.rsplit("_", 1)
-    base = name
-    if name.startswith("aclnn") and len(tail) == 2:
-        base = tail[1]
-    elif name.startswith("trans_"):
-        base = name.split("_")[1]
-    return base.rstrip("0123456789") or name
-
-
 def _steps_by_time(calls, windows, steps) -> None:
     """Give calls on other threads (autograd workers) the step whose marker spans them."""
     if not windows:
