@@ -112,3 +112,17 @@ def test_a_single_db_file_and_text_vs_db(tmp_path):
               newline="") as fh:
         stage = float(next(csv.DictReader(fh))["Stage"])
     assert data["a"]["step"]["avg_device_step_us"] == pytest.approx(stage, abs=1)
+
+
+def test_broken_databases_are_one_line_errors(tmp_path, capsys):
+    empty = tmp_path / "empty.db"
+    con = sqlite3.connect(empty)
+    con.execute("CREATE TABLE unrelated (x)")
+    con.commit()
+    con.close()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    for path in (empty, junk):
+        assert main(["diff", str(path), str(path), "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("opscope: error:") and "ascend-db" in line for line in err)

@@ -39,6 +39,7 @@ EXPECTED_DDP = {
     (65, "cuda-call"),              # Net().cuda()
     (66, "apex-fused-optimizer"),   # FusedAdam(...)
     (68, "apex-amp"),               # amp.initialize(...)
+    (69, "ddp-device-ids"),         # DDP(model, device_ids=[args.local_rank])
     (70, "cuda-amp-gradscaler"),    # cuda_amp.GradScaler()   (from torch.cuda import amp as cuda_amp)
     (73, "cuda-event"),
     (74, "cuda-event"),

@@ -9,8 +9,6 @@ same number of steps.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -151,11 +149,11 @@ def aggregate(profile: Profile, use_phase: bool = True, use_dtypes: bool = True,
         if row is None:
             row = table[key] = {"calls": 0.0, "host": 0.0, "total": 0.0, "device": 0.0,
                                 "parents": Counter(), "source": call.source, "dtypes": call.dtypes}
-        row["calls"] += 1
+        row["calls"] += call.count
         row["host"] += call.self_time_us
         row["total"] += call.total_time_us
         row["device"] += call.device_time_us
-        row["parents"][call.parent] += 1
+        row["parents"][call.parent] += call.count
     for row in table.values():
         for k in ("calls", "host", "total", "device"):
             row[k] /= n
@@ -445,7 +443,7 @@ def side_summary(profile: Profile, label: str, warmup=None, batch_size=None, dev
     n_all = step_count(profile)
     out = {
         "label": label, "path": profile.path, "format": profile.source_format, "device": profile.device,
-        "rank": profile.rank, "op_calls_per_step": round(len(calls) / n, 3),
+        "rank": profile.rank, "op_calls_per_step": round(sum(c.count for c in calls) / n, 3),
         "distinct_operators": len({c.name for c in calls}),
         "host_time_per_step_us": round(host / n, 3), "device_time_per_step_us": round(device / n, 3),
         "device_time_unattributed_us": round(unattributed / n_all, 3) if unattributed is not None else None,
@@ -794,4 +792,6 @@ def _notes(pa, pb, result) -> list[str]:
             notes.append(f"{side['label']}: host step {st['avg_host_step_us'] / 1000:.2f} ms (ProfilerStep span) vs "
                          f"device step {st['avg_device_step_us'] / 1000:.2f} ms (first to last kernel, msprof-analyze "
                          f"E2E); the gap is host time before the first kernel (Preparing) and after the last")
+    for side, prof in ((result.a, pa), (result.b, pb)):
+        notes.extend(f"{side['label']}: {n}" for n in prof.metadata.get("notes") or [])  # what a loader skipped
     return notes

@@ -13,7 +13,6 @@ from pathlib import Path
 from opscope import __version__
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
-from opscope.capture.store import load_capture
 from opscope.model import ScanResult
 
 
@@ -30,16 +29,16 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
     if outcome.kind == "exception":
         return False, f"the script raised {outcome.message}{where}{during}"
     if outcome.kind == "timeout":
-        return False, f"{outcome.message}; stopped{during}"
+        return False, f"{outcome.message}; stopped{during}{where}"
     return False, f"{outcome.message}{during}"
 
 
 def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, settings: dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
-                      target: str | None = None, capture: tuple | None = None) -> ScanResult:
-    """``capture`` is ``load_capture``'s tuple when the caller already has it in memory."""
+                      target: str | None = None, capture: tuple) -> ScanResult:
+    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta)."""
     import torch
-    calls, steps, side, runtime_findings, meta = capture if capture is not None else load_capture(out_dir)
+    calls, steps, side, runtime_findings, meta = capture
     warmup = int(settings.get("warmup", 0) or 0)
     indices = [s.index for s in steps]
     baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)
@@ -73,8 +72,17 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
-                        "training step); ranks started with torch.multiprocessing.spawn are not captured: "
-                        "scan one rank's code path in-process instead")
+                        "training step)")
+    dist = settings.get("distributed")
+    if dist:
+        dirs = dist.get("rank_dirs") or {}
+        gloo = ", gloo on the CPU in place of NCCL" if device == "cpu" else ""
+        result.notes.append(f"distributed run ({dist.get('launcher')} launch, world size {dist.get('world_size')}"
+                            f"{gloo}): this is rank {settings.get('rank', 0)}; "
+                            + ("captured ranks in the --out folder: " + ", ".join(
+                                f"rank {r} in {'./' if d == '.' else d + '/'}" for r, d in dirs.items())
+                               if len(dirs) > 1 else "the other ranks ran remapped but were not captured "
+                                                     "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
     _refuse_empty_measurement(result, outcome, settings)
@@ -92,18 +100,17 @@ def unrecorded_notes(steps) -> list[str]:
         notes.append(f"step(s) {', '.join(str(s.index) for s in capped)}: recording stopped after "
                      f"{first['after_calls']:,} torch calls{where} ({why}); the rest of each such step "
                      "ran unprofiled, so its operators are missing from this report")
-    closures = [s for s in steps if (s.unrecorded or {}).get("closure_forwards")]
-    if closures:
-        total = sum(int(s.unrecorded["closure_forwards"]) for s in closures)
-        notes.append(f"{total:,} repeated closure evaluation(s) inside optimizer.step(closure) in step(s) "
-                     f"{', '.join(str(s.index) for s in closures)} ran unprofiled after the first "
-                     "evaluations of each step (they repeat the recorded operators)")
-    skipped = [s for s in steps if (s.unrecorded or {}).get("eval_forwards")]
-    if skipped:
-        total = sum(int(s.unrecorded["eval_forwards"]) for s in skipped)
-        notes.append(f"{total:,} evaluation/sampling forward call(s) under no_grad/eval() in step(s) "
-                     f"{', '.join(str(s.index) for s in skipped)} ran unprofiled after the first few of each "
-                     "step (they repeat the recorded ones; labelled phase 'eval')")
+    repeated = {  # Step.unrecorded key -> what ran unprofiled, and why that loses nothing
+        "closure_forwards": "repeated closure evaluation(s) inside optimizer.step(closure) ran unprofiled "
+                            "after the first evaluation of each step (they repeat the recorded operators)",
+        "eval_forwards": "evaluation/sampling forward call(s) under no_grad/eval() ran unprofiled after the "
+                         "first few of each step (they repeat the recorded ones; labelled phase 'eval')",
+    }
+    for key, text in repeated.items():
+        hit = [s for s in steps if (s.unrecorded or {}).get(key)]
+        if hit:
+            total = sum(int(s.unrecorded[key]) for s in hit)
+            notes.append(f"step(s) {', '.join(str(s.index) for s in hit)}: {total:,} {text}")
     return notes
 
 

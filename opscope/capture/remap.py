@@ -51,7 +51,7 @@ def _is_cuda(dev) -> bool:
         return dev.type == "cuda"
     if isinstance(dev, str):
         return dev.split(":")[0] == "cuda"
-    return False
+    return isinstance(dev, int) and not isinstance(dev, bool)   # .to(rank), device=local_rank: cuda:N
 
 
 class _FakeEvent:
@@ -271,6 +271,9 @@ class CudaRemapper:
             if any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device")):
                 if remapper._from_user():
                     rec("cuda-device", "Module.to('cuda')")
+                args = tuple(f"cuda:{a}" if _is_cuda(a) and isinstance(a, int) else a for a in args)
+                if isinstance(kwargs.get("device"), int):
+                    kwargs = dict(kwargs, device=f"cuda:{kwargs['device']}")
                 out = orig_to(this, *args, **kwargs)
                 mark(this)
                 return out
@@ -332,34 +335,8 @@ class CudaRemapper:
         self._patch(DataLoader, "__init__", init)
 
     def _install_distributed(self, rec):
-        try:
-            import torch.distributed as dist
-        except Exception:  # pragma: no cover
-            return
-        if not dist.is_available():
-            return
-        orig = dist.init_process_group
-
-        @functools.wraps(orig)
-        def init_process_group(*args, **kwargs):
-            backend = kwargs.get("backend", args[0] if args else None)
-            if isinstance(backend, str) and "nccl" in backend:
-                rec("nccl-backend", f"init_process_group(backend={backend!r})")
-                if args:
-                    args = ("gloo",) + tuple(args[1:])
-                else:
-                    kwargs["backend"] = "gloo"
-            return orig(*args, **kwargs)
-
-        self._patch(dist, "init_process_group", init_process_group)
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        orig_ddp = DDP.__init__
-
-        @functools.wraps(orig_ddp)
-        def ddp_init(this, module, device_ids=None, output_device=None, *args, **kwargs):
-            return orig_ddp(this, module, None, None, *args, **kwargs)
-
-        self._patch(DDP, "__init__", ddp_init)
+        from opscope.capture.ranks import install_remap
+        install_remap(self, rec)
 
     def _install_load(self, rec):
         orig = torch.load

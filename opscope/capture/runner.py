@@ -1,6 +1,6 @@
 """Parent side of a capture: start the child, watch it, enforce the timeout.
 
-The child (``opscope.capture.child``) writes steps as it goes; here we only wait,
+The child (``opscope.scan_child`` -> ``opscope.capture.child``) writes steps as it goes; here we only wait,
 show progress, and turn however the child ended into a ``ChildOutcome``.
 """
 from __future__ import annotations
@@ -67,13 +67,15 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,
-               static: bool = True) -> ChildOutcome:
+               static: bool = True, capture_options: dict | None = None,
+               distributed: dict | None = None) -> ChildOutcome:
     """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
 
     ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
     With ``analyse`` the child also writes scan.json (``outcome.extra["analysed"]``).
     ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
     script itself: those come back in the outcome; a bad ``device`` raises UserError.
+    ``distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
     """
     out_dir = Path(out_dir)
     capture_dir = out_dir / "capture"
@@ -85,7 +87,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
         "step_marker": step_marker, "export_traces": export_traces, "analyse": analyse,
         "settings": settings or {"steps": steps}, "target": target, "static": static,
-        "started_epoch": time.time(),
+        **(capture_options or {}),
+        "distributed": distributed, "started_epoch": time.time(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
     config_path = capture_dir / "config.json"
@@ -93,14 +96,21 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
+    if distributed:
+        from opscope.capture import distributed as dist_launch
+        child_env.update(dist_launch.launch_env(distributed, dist_launch.free_port()))
+        if distributed["launcher"] == "torchrun":
+            return dist_launch.run_ranks(config, child_env, timeout, progress)
+    cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
     relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
     relay.start()
     started = time.monotonic()
     timed_out = False
+    interrupted = None
     steps_file = capture_dir / "steps.jsonl"
+    restore = _forward_termination()
     try:
         while True:
             try:
@@ -112,24 +122,19 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                 progress(_count_lines(steps_file))
             if timeout and time.monotonic() - started > timeout and not timed_out:
                 timed_out = True
-                _signal_group(proc, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc, signal.SIGKILL)
-                    proc.wait()
+                _stop_child(proc, signal.SIGTERM)   # the child ends the step and writes what it has
                 break
-    except KeyboardInterrupt:
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-        raise
+    except (KeyboardInterrupt, _Terminated) as exc:
+        # Ctrl-C or SIGTERM to opscope: the script (in its own session) must not outlive us.
+        # SIGINT tells the child to stop and write what it captured; SIGKILL after the grace.
+        interrupted = getattr(exc, "signum", signal.SIGINT)
+        _stop_child(proc, signal.SIGINT)
     finally:
+        restore()
         # the script's own children (DataLoader workers, spawned ranks) go with it
-        if proc.poll() is not None:
-            _signal_group(proc, signal.SIGKILL)
+        _signal_group(proc, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
     relay.join(timeout=5)
     outcome = _read_outcome(capture_dir, proc.returncode)
     if outcome.kind == "usage":
@@ -137,6 +142,11 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     if timed_out:
         outcome.kind = "timeout"
         outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
+    if interrupted is not None:
+        name = signal.Signals(interrupted).name
+        outcome.kind = "interrupted"
+        outcome.code = 128 + int(interrupted)
+        outcome.message = f"opscope was stopped by {name}"
     if progress is not None:
         progress(_count_lines(steps_file))
     return outcome
@@ -158,6 +168,36 @@ def _relay_stderr(stream) -> None:
         else:  # pragma: no cover - stderr replaced by a text stream (tests)
             sys.stderr.write(line.decode(errors="replace"))
     stream.close()
+
+
+class _Terminated(Exception):
+    """SIGTERM reached opscope while it waited for the script."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _forward_termination():
+    """Turn SIGTERM into an exception while waiting, so the child is stopped, not orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum, frame):
+        raise _Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_child(proc, sig) -> None:
+    """Ask the child to stop with ``sig``; kill its whole group after the grace period."""
+    _signal_group(proc, sig)
+    try:
+        proc.wait(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
 
 
 def _signal_group(proc, sig) -> None:

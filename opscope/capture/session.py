@@ -91,6 +91,7 @@ class CaptureSession:
         self._anchor = None             # first top-level module: inference loops step at its next call
         self._anchor_done = False
         self._eval_rf = None            # annotation "opscope.eval" around no-grad/eval forwards
+        self._update_rf = None          # "opscope.optimizer" from a backward to the step's end (manual updates)
         self.module_depth = 0
         self._hooks: list = []
         self._opt_rf = None
@@ -137,6 +138,7 @@ class CaptureSession:
     def _stop_profiler(self):
         self._end_setup()
         self._end_eval()
+        self._end_update()
         prof, self.prof = self.prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
@@ -322,6 +324,10 @@ class CaptureSession:
                 session.backward_in_step = True
                 if session.step_marker == "backward":
                     session.request_step()
+                elif session._marker() == "iteration":
+                    session._begin_manual_update()
+                if session._in_optimizer:
+                    session._closure_evaluated()
             return out
 
         torch.autograd.backward = autograd_backward
@@ -349,16 +355,6 @@ class CaptureSession:
     def _enter_top_level(self, module) -> None:
         if self._anchor is None:
             self._anchor = module
-        if self._in_optimizer and self.prof is not None:
-            # optimizer.step(closure) (LBFGS): each evaluation repeats the same operators
-            self._closure_forwards += 1
-            if self._closure_forwards > CLOSURE_FORWARDS_RECORDED and not self._closure_paused \
-                    and "after_calls" not in self._unrecorded:
-                self._closure_paused = True
-                _collect_cpu(False)
-            if self._closure_paused:
-                self._unrecorded["closure_forwards"] = self._unrecorded.get("closure_forwards", 0) + 1
-            return
         training_script = self.backward_seen or self.optimizer_seen
         if training_script and not self._is_training_forward(module) and self.prof is not None:
             rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
@@ -380,6 +376,19 @@ class CaptureSession:
             self._eval_paused = False
             if self.prof is not None and "after_calls" not in self._unrecorded:
                 _collect_cpu(True)
+
+    def _closure_evaluated(self) -> None:
+        """optimizer.step(closure) (LBFGS) evaluates the closure many times: each repeats the same
+        operators, so after the first whole evaluation (forward + backward) the rest of the
+        optimizer step runs unprofiled."""
+        if self.prof is None:
+            return
+        self._closure_forwards += 1
+        if self._closure_paused:
+            self._unrecorded["closure_forwards"] = self._unrecorded.get("closure_forwards", 0) + 1
+        elif self._closure_forwards >= CLOSURE_FORWARDS_RECORDED and "after_calls" not in self._unrecorded:
+            self._closure_paused = True
+            _collect_cpu(False)
 
     def _resume_closures(self) -> None:
         if self._closure_paused:
@@ -427,6 +436,18 @@ class CaptureSession:
         if budget and budget > 0:
             self._watcher = _t.Thread(target=loop, name="opscope-memory", daemon=True)
             self._watcher.start()
+
+    def _begin_manual_update(self) -> None:
+        """After a backward with no optimizer: what follows in the step is the parameter update."""
+        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+        if rf_cls is not None and self.prof is not None and self._update_rf is None and self.module_depth == 0:
+            self._update_rf = rf_cls("opscope.optimizer")
+            self._update_rf.__enter__()
+
+    def _end_update(self) -> None:
+        if self._update_rf is not None:
+            rf, self._update_rf = self._update_rf, None
+            rf.__exit__(None, None, None)
 
     def _end_eval(self) -> None:
         if self._eval_rf is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opscope.commands._args import non_empty
 from opscope.errors import EXIT_USAGE, UserError
 
 FORMATS = ("html", "xlsx", "json")
@@ -28,8 +29,8 @@ def register(subparsers) -> None:
                                                    "average (default: 1 when the capture starts at step 1)")
     parser.add_argument("--log-a", metavar="FILE", help="run A's console log (for CPU-fallback warnings)")
     parser.add_argument("--log-b", metavar="FILE", help="run B's console log (for CPU-fallback warnings)")
-    parser.add_argument("--label-a", default=None, help="name of run A in the reports (default: its device)")
-    parser.add_argument("--label-b", default=None, help="name of run B in the reports (default: its device)")
+    parser.add_argument("--label-a", type=non_empty, default=None, help="name of run A in the reports (default: its device)")
+    parser.add_argument("--label-b", type=non_empty, default=None, help="name of run B in the reports (default: its device)")
     parser.add_argument("--out", default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
     parser.add_argument("--format", default="html,xlsx,json", help="reports to write (default %(default)s)")
     parser.add_argument("--top", type=int, default=15, help="rows per terminal table (default %(default)s)")
@@ -45,11 +46,17 @@ def _formats(text: str) -> list[str]:
     return formats
 
 
+MAX_LOG_BYTES = 256 << 20   # the fallback warnings of a console log; the rest of a bigger log is not read
+
+
 def _read_log(path):
     if not path:
         return None
+    from opscope.schema import regular_file
+    regular_file(Path(path), "log")   # a FIFO would block forever
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(MAX_LOG_BYTES)
     except OSError as exc:
         raise UserError(f"cannot read log {path} ({exc.strerror}); pass an existing file", EXIT_USAGE) from None
 
@@ -82,6 +89,9 @@ def run(args) -> int:
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.warmup is not None and args.warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}", EXIT_USAGE)
+    from opscope.atomic import ensure_out_dir, write_failed, write_via_temp
+    out = ensure_out_dir(Path(args.out), "--out")   # before the (long) loading
+    log_a, log_b = _read_log(args.log_a), _read_log(args.log_b)
     ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
     label_a = args.label_a or ranks_a[0].device
     label_b = args.label_b or ranks_b[0].device
@@ -89,21 +99,21 @@ def run(args) -> int:
         label_a, label_b = f"A ({label_a})", f"B ({label_b})"
     result = diff_profiles(ranks_a, ranks_b, label_a=label_a, label_b=label_b, warmup=args.warmup,
                            batch_size_a=batch_a, batch_size_b=batch_b, devices_a=args.devices_a, devices_b=args.devices,
-                           log_a=_read_log(args.log_a), log_b=_read_log(args.log_b))
+                           log_a=log_a, log_b=log_b)
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff
         print_diff(result, top=args.top)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for fmt in formats:
         if fmt == "html":
-            from opscope.report.diff_html import write_diff_html
-            path = write_diff_html(result, out / "diff.html")
+            from opscope.report.diff_html import write_diff_html as writer
         elif fmt == "xlsx":
-            from opscope.report.diff_xlsx import write_diff_xlsx
-            path = write_diff_xlsx(result, out / "diff.xlsx")
+            from opscope.report.diff_xlsx import write_diff_xlsx as writer
         else:
-            from opscope.report.diff_json import write_diff_json
-            path = write_diff_json(result, out / "diff.json")
+            from opscope.report.diff_json import write_diff_json as writer
+        path = out / f"diff.{fmt}"
+        try:
+            write_via_temp(path, lambda tmp, writer=writer: writer(result, tmp))
+        except OSError as exc:
+            raise write_failed(path, exc) from None
         print(path)
     return 0

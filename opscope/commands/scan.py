@@ -6,6 +6,7 @@ import datetime as _dt
 import time
 from pathlib import Path
 
+from opscope.commands._args import finite_float, non_empty, positive_float
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
 
 DEFAULT_STEPS = 5
@@ -23,15 +24,29 @@ def register(sub) -> None:
                    help="first K steps are warm-up: shape changes are judged against step K+1 (default 0)")
     p.add_argument("--out", default="opscope-out", help="output folder (default opscope-out/)")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda|npu (default auto)")
-    p.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
+    p.add_argument("--timeout", type=positive_float, default=None, help="stop the script after this many seconds")
     p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
                    help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
                         "loss.backward(), or a top-level module forward call (inference loops)")
-    p.add_argument("--target", default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
-    p.add_argument("--fail-under", type=float, default=None, help="exit 5 if the readiness score is below this")
+    p.add_argument("--launcher", default="auto", choices=["auto", "spawn", "torchrun", "none"],
+                   help="how the script is launched: torch.multiprocessing.spawn inside the script, torchrun-style "
+                        "(opscope starts --world-size ranks with RANK/WORLD_SIZE/MASTER_PORT), or one process; "
+                        "auto (default) reads the script")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="ranks of a distributed script (default 2); also what torch.cuda.device_count() returns")
+    p.add_argument("--ranks", default="0",
+                   help="ranks to capture: 0 (default; into --out), all, or a list such as 0,1 (rank N into OUT/rankN)")
+    p.add_argument("--target", type=non_empty, default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
+    p.add_argument("--fail-under", type=finite_float, default=None, help="exit 5 if the readiness score is below this")
     p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
     p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
     p.add_argument("--no-traces", action="store_true", help="do not keep the per-step Chrome traces")
+    p.add_argument("--keep-compile", action="store_true",
+                   help="let torch.compile compile (default: it is a no-op and the eager program is measured)")
+    p.add_argument("--max-step-calls", type=int, default=None,
+                   help="torch calls recorded per step before the rest of it runs unprofiled (default 20000)")
+    p.add_argument("--max-capture-mb", type=int, default=None,
+                   help="capture memory growth (MB) after which a step stops recording (default 1536)")
     p.add_argument("--quiet", action="store_true", help="no terminal summary")
     p.set_defaults(func=run)
 
@@ -44,6 +59,21 @@ def _check_out(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
+
+
+def _check_compiles(script: Path) -> None:
+    """Fail in well under a second, naming the line, instead of starting a child that cannot run it."""
+    from opscope.schema import regular_file
+    regular_file(script, "training script")
+    try:
+        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise UserError(f"{script}:{exc.lineno or '?'}: {exc.msg}: the script does not compile; fix it "
+                        "(python -m py_compile shows the same error)") from None
+    except ValueError as exc:   # NUL bytes: a binary file
+        raise UserError(f"{script} is not Python source ({exc}); give the training script") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
 
 
 def _formats(spec: str) -> list[str]:
@@ -67,10 +97,14 @@ def run(args: argparse.Namespace) -> int:
     if script.is_dir() or script.suffix not in (".py", ""):
         raise UserError(f"{script} is not a Python script; give the training script (e.g. train.py), "
                         "or use --static-only to scan a folder")
+    _check_compiles(script)
     if args.steps < 1:
         raise UserError("--steps must be at least 1")
     if args.warmup < 0 or args.warmup >= args.steps:
         raise UserError("--warmup must be between 0 and --steps - 1")
+    for flag in ("max_step_calls", "max_capture_mb"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive number")
     if args.timeout is not None and args.timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
@@ -80,8 +114,17 @@ def run(args: argparse.Namespace) -> int:
     from opscope.capture.runner import run_script
     if args.device.lower() not in ("auto", "cpu", "cuda", "npu"):
         raise UserError(f"unknown --device {args.device!r}: use auto, cpu, cuda or npu")
+    from opscope.capture import distributed as dist_launch
+    plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
+    if plan:
+        settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
+                                   "ranks": plan["ranks"],
+                                   "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan["ranks"]}}
+        settings["rank"] = 0
+        if not args.quiet:
+            console.print(f"opscope: {dist_launch.describe(plan)}")
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
@@ -95,7 +138,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
                              timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
-                             progress=progress, analyse=True, settings=settings, target=args.target)
+                             progress=progress, analyse=True, settings=settings, target=args.target,
+                             capture_options={"keep_compile": args.keep_compile,
+                                              "max_step_calls": args.max_step_calls,
+                                              "max_capture_mb": args.max_capture_mb},
+                             distributed=plan)
     finally:
         status.stop()
     result = None
@@ -105,48 +152,28 @@ def run(args: argparse.Namespace) -> int:
             result = read_scan_json(out / "scan.json")
         except UserError:
             result = None
+    from opscope.pipeline import analyse_capture, write_reports
     if result is None:  # the child could not analyse (killed, crashed): do it here
-        from opscope.analysis.scan_result import build_scan_result
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        result = build_scan_result(out, script=str(script), argv=args.script_args,
-                                   device=outcome.extra.get("device", args.device), settings=settings,
-                                   outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                                   static_paths=[], target=args.target)
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    written = _write_outputs(result, out, formats, tables=False)
+        result = analyse_capture(out, script=str(script), argv=args.script_args,
+                                 device=outcome.extra.get("device", args.device), settings=settings,
+                                 outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                                 static_paths=[], target=args.target)
+    written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
     if not args.quiet:
         from opscope.report.terminal import print_summary
         print_summary(result, Console())
         Console().print("wrote " + ", ".join(str(p) for p in written))
     if not result.complete:
-        code = EXIT_TIMEOUT if outcome.kind == "timeout" else EXIT_SCRIPT_FAILED
+        code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)
         kept = sum(1 for s in result.steps if s.complete)
-        raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
+        why = f"{outcome.message}: " if outcome.kind == "interrupted" else ""
+        raise UserError(f"{why}{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
                         f"to {out / 'scan.json'}", code)
     score = (result.summary or {}).get("readiness_score")
     if args.fail_under is not None and (score is None or score < args.fail_under):
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
-
-
-def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
-    written = [out / "scan.json", out / "operators.csv"]
-    if tables:  # pandas is only imported when the tables are written here
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    if "sarif" in formats:
-        from opscope.report.sarif import write_sarif
-        written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")
-    report_formats = [f for f in formats if f in ("html", "xlsx", "md")]
-    if report_formats:
-        from opscope.report.render import write_reports
-        written.extend(write_reports(result, out, formats=tuple(report_formats)))
-    return written
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:

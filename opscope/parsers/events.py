@@ -14,12 +14,19 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 
 from opscope.model import OpCall, Profile, Step
+from opscope.parsers.base import FormatError
 from opscope.parsers.device_steps import step_breakdown
 from opscope.parsers.rules import rules as load_rules
 
 HOST_CATEGORIES = {"cpu_op", "user_annotation", "Operator", "operator"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime"}
 EPS = 0.01  # µs tolerance when nesting events whose times were rounded
+_KEPT_PHASES = frozenset({"X", "s", "f", "M"})
+
+
+MAX_TIME_US = 1e18      # |ts| and dur in µs: 30,000 years; beyond is corruption, not a profile
+MAX_NESTING = 8         # list depth of "Input Dims" / "Concrete Inputs" (torch writes at most 3)
+MAX_INT = 2 ** 63
 
 
 class _Clock:
@@ -27,6 +34,7 @@ class _Clock:
 
     Ascend writes ``ts`` as a string of absolute µs (1.7e15): as a float that keeps
     only 0.25 µs, enough to break nesting, so the integer part is rebased first.
+    Non-numbers and values out of range raise ValueError (the builder names the event).
     """
 
     def __init__(self):
@@ -36,13 +44,64 @@ class _Clock:
         if isinstance(value, str):
             whole, _, frac = value.strip().partition(".")
             whole = int(whole or 0)
+            if abs(whole) > MAX_TIME_US:
+                raise ValueError(f"'ts' {value[:40]!r} is out of range")
             if self.base is None:
                 self.base = whole
             return (whole - self.base) + (float("0." + frac) if frac.strip() else 0.0)
-        value = float(value or 0.0)
+        if type(value) is not float or not -MAX_TIME_US <= value <= MAX_TIME_US:
+            value = _number(value, "ts")
         if self.base is None:
             self.base = int(value)
         return value - self.base
+
+
+def _number(value, key: str) -> float:
+    """A finite time in µs from a JSON number (None counts as 0)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key!r} is {type(value).__name__} {str(value)[:40]!r}, expected a number")
+    if not -MAX_TIME_US <= value <= MAX_TIME_US:   # also false for NaN
+        raise ValueError(f"{key!r} is out of range")
+    return float(value)
+
+
+def _duration(value) -> float:
+    if type(value) is float and 0.0 <= value <= MAX_TIME_US:
+        return value
+    if isinstance(value, str):  # Ascend writes some durations as strings
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"'dur' {value[:40]!r} is not a number") from None
+    return max(_number(value, "dur"), 0.0)
+
+
+def _ident(value):
+    """pid / tid / correlation / flow ids: scalars only (they become dict keys)."""
+    if value is None or isinstance(value, (int, str, float)):
+        return value
+    raise ValueError(f"an id is {type(value).__name__}, expected a number or a string")
+
+
+def _text(value, key: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"{key!r} is {type(value).__name__} {str(value)[:40]!r}, expected a string")
+
+
+def _list(value):
+    if value is None or isinstance(value, list):
+        return value
+    raise ValueError(f"'Concrete Inputs' is {type(value).__name__}, expected a list")
+
+
+def _dim(text: str) -> int:
+    value = int(text)
+    if not -MAX_INT < value < MAX_INT:
+        raise ValueError("a dimension in 'Input Dims' is out of range")
+    return value
 
 
 def _split_semicolons(text: str) -> list[str]:
@@ -50,9 +109,27 @@ def _split_semicolons(text: str) -> list[str]:
 
 
 def _freeze(value):
+    """A hashable copy of a shapes/dtypes/inputs list (the cache key); unhashable content
+    (an object inside) raises TypeError, absurd nesting RecursionError."""
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
+
+
+def _check_args(value) -> None:
+    """An argument list as torch writes it: lists at most MAX_NESTING deep, no objects,
+    integers in 64-bit range.  Iterative; run once per distinct list (on a cache miss)."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, list):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"an argument list is nested deeper than {MAX_NESTING} levels")
+            todo.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            raise ValueError("an argument list holds an object")
+        elif isinstance(item, int) and not isinstance(item, bool) and not -MAX_INT < item < MAX_INT:
+            raise ValueError("an argument list holds an integer out of range")
 
 
 @contextmanager
@@ -99,9 +176,14 @@ class ProfileBuilder:
         """One shared object per distinct value (names, shape lists, dtype lists)."""
         if value is None:
             return None
-        key = value if isinstance(value, str) else _freeze(value)
+        if isinstance(value, str):
+            key = value
+        else:
+            key = _freeze(value)
         hit = self._shared.get(key)
         if hit is None:
+            if not isinstance(value, str):
+                _check_args(value)
             hit = self._shared[key] = value
         return hit
 
@@ -118,55 +200,80 @@ class ProfileBuilder:
         host_cats = HOST_CATEGORIES
         kernel_cats = self.rules.device_kernel_categories
         flow_cats = self.rules.launch_flow_categories
-        for ev in events:
-            ph = ev.get("ph")
-            cat = ev.get("cat")
-            if ph == "X":
-                if cat in host_cats:
-                    args = ev.get("args") or {}
-                    dims = args.get("Input Dims")
-                    host[(ev.get("pid"), ev.get("tid"))].append(
-                        (clock(ev.get("ts", 0)), float(ev.get("dur") or 0.0), share(ev.get("name", "")),
-                         self._shapes(dims) if dims is not None else None,
-                         self._dtypes(args.get("Input type")), share(args.get("Concrete Inputs")),
-                         args.get("Sequence number", -1), args.get("Call stack"), file_step))
-                elif cat in RUNTIME_CATEGORIES:
-                    corr = (ev.get("args") or {}).get("correlation")
-                    if corr is not None:
-                        self.runtime[corr] = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
-                elif cat is None or cat in kernel_cats:
-                    args = ev.get("args") or {}
-                    self.maybe_kernels.append((ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)),
-                                               float(ev.get("dur") or 0.0), share(ev.get("name", "")), cat,
-                                               args.get("correlation"), _task_info(args, share)))
-            elif ph in ("s", "f"):
-                if cat in flow_cats:
-                    key = (cat, ev.get("id"))
-                    point = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
-                    if ph == "s":
-                        self.flow_start[key] = point
-                    else:
-                        self.flow_end[point] = key
-                elif cat == "fwdbwd":
-                    (self.bwd_threads if ph == "f" else self.fwd_threads).add((ev.get("pid"), ev.get("tid")))
-            elif ph == "M":
-                args = ev.get("args") or {}
-                if ev.get("name") == "process_name":
-                    self.process_names[ev.get("pid")] = args.get("name")
-                elif ev.get("name") == "process_labels":
-                    self.process_labels[ev.get("pid")] = args.get("labels")
-                elif ev.get("name") == "thread_name":
-                    self.thread_names[(ev.get("pid"), ev.get("tid"))] = args.get("name")
+        for index, ev in enumerate(events):
+            try:
+                ph = ev.get("ph")
+                if ph not in _KEPT_PHASES:
+                    continue
+                cat = ev.get("cat")
+                args = ev.get("args")
+                if args is None:
+                    args = {}
+                elif not isinstance(args, dict):
+                    raise ValueError(f"'args' is {type(args).__name__}, expected an object")
+                pid, tid = ev.get("pid"), ev.get("tid")
+                if type(pid) is not int or type(tid) is not int:   # the common case needs no check
+                    pid, tid = _ident(pid), _ident(tid)
+                if ph == "X":
+                    if cat in host_cats:
+                        dims = args.get("Input Dims")
+                        stack = args.get("Call stack")
+                        if stack is not None and not isinstance(stack, str) and not (
+                                isinstance(stack, list) and all(isinstance(f, str) for f in stack)):
+                            raise ValueError("'Call stack' is neither a string nor a list of strings")
+                        host[(pid, tid)].append(
+                            (clock(ev.get("ts", 0)), _duration(ev.get("dur")),
+                             share(_text(ev.get("name", ""), "name")),
+                             self._shapes(dims) if dims is not None else None,
+                             self._dtypes(args.get("Input type")), share(_list(args.get("Concrete Inputs"))),
+                             args.get("Sequence number", -1), stack, file_step))
+                    elif cat in RUNTIME_CATEGORIES:
+                        corr = _ident(args.get("correlation"))
+                        if corr is not None:
+                            self.runtime[corr] = (pid, tid, clock(ev.get("ts", 0)))
+                    elif cat is None or cat in kernel_cats:
+                        self.maybe_kernels.append((pid, tid, clock(ev.get("ts", 0)), _duration(ev.get("dur")),
+                                                   share(_text(ev.get("name", ""), "name")), cat,
+                                                   _ident(args.get("correlation")), _task_info(args, share)))
+                elif ph in ("s", "f"):
+                    if cat in flow_cats:
+                        key = (cat, _ident(ev.get("id")))
+                        point = (pid, tid, clock(ev.get("ts", 0)))
+                        if ph == "s":
+                            self.flow_start[key] = point
+                        else:
+                            self.flow_end[point] = key
+                    elif cat == "fwdbwd":
+                        (self.bwd_threads if ph == "f" else self.fwd_threads).add((pid, tid))
+                else:  # "M": process metadata
+                    name = ev.get("name")
+                    if name == "process_name":
+                        value = args.get("name")
+                        self.process_names[pid] = value if isinstance(value, str) else None
+                    elif name == "process_labels":
+                        self.process_labels[pid] = args.get("labels")
+                    elif name == "thread_name":
+                        value = args.get("name")
+                        self.thread_names[(pid, tid)] = value if isinstance(value, str) else None
+            except FormatError:
+                raise
+            except RecursionError:
+                raise FormatError(f"an argument list is nested deeper than {MAX_NESTING} levels",
+                                  where=f"event {index}") from None
+            except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+                raise FormatError(f"malformed event ({exc})", where=f"event {index}") from None
 
     # ------------------------------------------------------------------ parsing helpers
     def _shapes(self, raw):
         if isinstance(raw, str):       # Ascend: "32,3,224,224;\r\n64,3,11,11;\r\n..."
             cached = self._shared.get(("dims", raw))
             if cached is None:
-                cached = [[int(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()]
+                cached = [[_dim(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()]
                           for p in _split_semicolons(raw)]
                 self._shared[("dims", raw)] = cached
             return cached
+        if not isinstance(raw, list):
+            raise ValueError(f"'Input Dims' is {type(raw).__name__}, expected a list or a string")
         return self._share(raw)
 
     def _dtypes(self, raw):
@@ -175,7 +282,17 @@ class ProfileBuilder:
             if cached is None:
                 cached = self._shared[("types", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
             return cached
-        return self._share(raw)
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
+            raise ValueError("'Input type' is neither a string nor a list of strings")
+        key = _freeze(raw)
+        hit = self._shared.get(key)
+        if hit is None:   # checked once per distinct list, not once per event
+            if not all(t is None or type(t) is str for t in raw):
+                raise ValueError("'Input type' holds something other than strings")
+            hit = self._shared[key] = raw
+        return hit
 
     @staticmethod
     def _source(stack) -> str | None:
@@ -406,9 +523,12 @@ _DTYPE_BYTES = {"FP32": 4, "FLOAT": 4, "FP16": 2, "BF16": 2, "INT8": 1, "UINT8":
 def _task_info(args: dict, share):
     """(task type, element count, data type) of a device task, or None when it has none."""
     task_type, count, dtype = args.get("Task Type"), args.get("count"), args.get("data_type")
+    task_type = task_type if isinstance(task_type, str) else None
+    dtype = dtype if isinstance(dtype, str) else None
+    count = count if isinstance(count, (int, float)) and not isinstance(count, bool) and count >= 0 else None
     if task_type is None and count is None and dtype is None:
         return None
-    return share(task_type), count if isinstance(count, (int, float)) else None, share(dtype)
+    return share(task_type), count, share(dtype)
 
 
 def _bytes(count, dtype):

@@ -9,7 +9,6 @@ import fnmatch
 import re
 from functools import lru_cache
 
-from opscope.resources import support_matrix_dir
 
 RULES_FILE = "diff_rules.yaml"
 
@@ -23,10 +22,9 @@ def _matcher(patterns):
 
 @lru_cache(maxsize=1)
 def rules() -> "CompiledRules":
-    import yaml
+    from opscope.knowledge import load
 
-    with open(support_matrix_dir() / RULES_FILE, encoding="utf-8") as fh:
-        return CompiledRules(yaml.safe_load(fh) or {})
+    return CompiledRules(load(RULES_FILE))
 
 
 class CompiledRules:

@@ -3,30 +3,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FORMULA_STARTS = ("=", "+", "-", "@")
+from opscope.report.cells import set_cell
 
 
 def _sheet(wb, title, headers, rows):
+    """Every cell, headers included (run labels come from the command line), via ``set_cell``."""
     from openpyxl.styles import Font
     from openpyxl.utils import get_column_letter
 
     ws = wb.create_sheet(title)
-    ws.append(headers)
-    for cell in ws[1]:
-        cell.font = Font(bold=True)
-    for row in rows:
-        ws.append([_value(v) for v in row])
-    for r in ws.iter_rows(min_row=2):
-        for cell in r:
-            if isinstance(cell.value, str):
-                cell.data_type = "s"
-                if cell.value.startswith(FORMULA_STARTS):
-                    cell.quotePrefix = True   # user text is text, never a formula
+    for c, header in enumerate(headers, start=1):
+        set_cell(ws.cell(row=1, column=c), header)
+        ws.cell(row=1, column=c).font = Font(bold=True)
+    for r, row in enumerate(rows, start=2):
+        for c, value in enumerate(row, start=1):
+            set_cell(ws.cell(row=r, column=c), _value(value))
     ws.freeze_panes = "A2"
     if ws.max_row > 1:
         ws.auto_filter.ref = ws.dimensions
     for i, h in enumerate(headers, start=1):
-        width = max([len(str(h))] + [len(str(c.value or "")) for c in ws[get_column_letter(i)][1:200]])
+        width = max([len(str(ws.cell(row=1, column=i).value or ""))]
+                    + [len(str(c.value or "")) for c in ws[get_column_letter(i)][1:200]])
         ws.column_dimensions[get_column_letter(i)].width = min(max(width + 2, 8), 60)
     return ws
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 from opscope.model import VERDICTS, ScanResult
 from opscope.report import view
@@ -39,7 +43,16 @@ def _environment():
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         autoescape=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined)
+        undefined=jinja2.StrictUndefined, finalize=_printable)
+
+
+def _printable(value):
+    """Every captured string shown without terminal escapes or control characters."""
+    from markupsafe import Markup
+    if isinstance(value, str) and not isinstance(value, Markup):
+        from opscope.text import printable
+        return printable(value, "")
+    return value
 
 
 def _asset(name: str):
@@ -133,6 +146,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                       "api": f.api, "origin": f.origin, "count": int(f.count or 1),
                       "replacement": f.replacement or "", "message": f.message, "snippet": f.snippet}
                      for f in result.findings],
+        "remaps": [{"where": f"{f.file}:{f.line}" if f.file and f.line else (f.file or view.NA), "api": f.api,
+                    "became": f.remapped_to, "count": int(f.count or 1)}
+                   for f in result.findings if getattr(f, "remapped_to", None)],
         "verification": _verification_context(result.verification),
         "css": _asset("report.css"),
         "js": _asset("report.js"),

@@ -61,5 +61,19 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         for f in result.findings[:top]:
             t.add_row(f"{f.file}:{f.line}", f.rule, f.api, f.replacement or "-")
         console.print(t)
+    remaps = remapped_calls(result)
+    if remaps:
+        t = Table(title=f"Remapped for this scan (no {result.device if result.device != 'cpu' else 'GPU'} "
+                        f"needed): {len(remaps)} call site(s)", header_style="bold")
+        for col in ("where", "api", "became", "calls"):
+            t.add_column(col, overflow="fold")
+        for f in remaps:
+            t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
+        console.print(t)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/]")
+
+
+def remapped_calls(result: ScanResult) -> list:
+    """Run-time findings whose call opscope changed to let the script run here."""
+    return [f for f in result.findings if getattr(f, "remapped_to", None)]

@@ -1,0 +1,396 @@
+"""Distributed launches, parent side: which launcher a script wants, and torchrun-style ranks.
+
+A training script is launched one of three ways:
+
+* ``spawn``: the script itself calls ``torch.multiprocessing.spawn``/``start_processes``
+  (or starts one ``multiprocessing.Process(target=fn, args=(rank, ...))`` per rank).
+  One capture child runs it; ``ranks.py`` (inside that child) wraps the spawn so every
+  rank process is remapped, stops after ``--steps`` and, for captured ranks, profiled.
+* ``torchrun``: the script expects a launcher (``init_process_group()`` reading
+  ``RANK``/``WORLD_SIZE``/``MASTER_*`` from the environment, ``LOCAL_RANK``, or the legacy
+  ``--local_rank`` argument of ``torch.distributed.launch``).  opscope is the launcher:
+  ``run_ranks`` starts ``world_size`` capture children with that environment.
+* ``none``: a single process.
+
+Rank 0 is always captured into the run folder itself; ``--ranks all`` adds
+``rank1/`` ... ``rank{N-1}/``, each a complete run folder.  Ranks that are not
+captured keep their bookkeeping under ``capture/ranks/``.  Every rank gets a free
+local rendezvous port (``OPSCOPE_MASTER_PORT``), which replaces the script's own
+``MASTER_PORT`` / ``tcp://host:port`` so parallel scans never collide.
+
+This module is imported by the parent and must not import torch.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from opscope.errors import UserError
+
+LAUNCHERS = ("auto", "spawn", "torchrun", "none")
+DEFAULT_WORLD_SIZE = 2
+ENV_WORLD_SIZE = "OPSCOPE_WORLD_SIZE"      # torch.cuda.device_count() in the script's processes
+ENV_MASTER_PORT = "OPSCOPE_MASTER_PORT"    # the rendezvous port every init_process_group uses
+GRACE_SECONDS = 10.0
+PEER_EXIT_SECONDS = 30.0
+PEER_GRACE_SECONDS = 5.0   # after a rank failed, how long the others may take to notice and end   # after rank 0 is done, how long the other ranks may take to stop
+
+_SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
+                "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"}
+_PROCESS_CALLS = {"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"}
+_RANK_ENV_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+_LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
+
+
+# -- which launcher -----------------------------------------------------------------------
+def detect_launcher(script) -> tuple[str, str | None]:
+    """('spawn'|'torchrun'|'none', the script's --local_rank flag spelling or None), from its source."""
+    try:
+        tree = ast.parse(Path(script).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return "none", None
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    spawn = env = process = init = False
+    flag = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            env = env or node.value in _RANK_ENV_NAMES
+            if node.value in _LOCAL_RANK_FLAGS and flag is None:
+                flag = node.value
+        elif isinstance(node, ast.Call):
+            name = _qualname(node.func, aliases)
+            if name in _SPAWN_CALLS:
+                spawn = True
+            elif name in _PROCESS_CALLS or _is_context_process(node.func, aliases):
+                process = True
+            elif name and name.split(".")[-1] == "init_process_group":
+                init = True
+                env = env or _env_rendezvous(node)
+    if spawn or (process and init):   # ranks started by the script itself (spawn, or one Process per rank)
+        return "spawn", flag
+    if env or flag:
+        return "torchrun", flag
+    return "none", None
+
+
+def _is_context_process(func, aliases) -> bool:
+    """``multiprocessing.get_context("spawn").Process(...)``."""
+    return (isinstance(func, ast.Attribute) and func.attr == "Process" and isinstance(func.value, ast.Call)
+            and (_qualname(func.value.func, aliases) or "").endswith("multiprocessing.get_context"))
+
+
+def _qualname(node, aliases) -> str | None:
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = _qualname(node.value, aliases)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _env_rendezvous(call: ast.Call) -> bool:
+    """init_process_group(...) that takes rank and world size from the environment."""
+    kwargs = {k.arg: k.value for k in call.keywords if k.arg}
+    if "rank" in kwargs or "store" in kwargs or len(call.args) >= 5 or any(k.arg is None for k in call.keywords):
+        return False
+    method = kwargs.get("init_method", call.args[1] if len(call.args) > 1 else None)
+    return method is None or (isinstance(method, ast.Constant) and str(method.value).startswith("env://"))
+
+
+def resolve(requested: str, script, world_size: int | None, ranks: str) -> dict | None:
+    """The launch plan for ``opscope scan``, or None for a single process.
+
+    ``{"launcher", "world_size", "ranks": [captured ranks], "local_rank_flag", "detected"}``.
+    """
+    requested = (requested or "auto").lower()
+    if requested not in LAUNCHERS:
+        raise UserError(f"unknown --launcher {requested!r}: use auto, spawn, torchrun or none")
+    if world_size is not None and world_size < 1:
+        raise UserError("--world-size must be at least 1")
+    detected, flag = detect_launcher(script)
+    launcher = detected if requested == "auto" else requested
+    if launcher == "none":
+        if world_size not in (None, 1) or (ranks or "0") != "0":
+            raise UserError(f"--world-size/--ranks need a distributed script; {Path(script).name} does not call "
+                            "torch.multiprocessing.spawn or read RANK/LOCAL_RANK (use --launcher spawn|torchrun)")
+        return None
+    world = world_size or DEFAULT_WORLD_SIZE
+    return {"launcher": launcher, "world_size": world, "ranks": parse_ranks(ranks, world),
+            "local_rank_flag": flag, "detected": detected}
+
+
+def parse_ranks(spec: str, world: int) -> list[int]:
+    spec = (spec or "0").strip().lower()
+    if spec == "all":
+        return list(range(world))
+    try:
+        wanted = {int(part) for part in spec.split(",") if part.strip()}
+    except ValueError:
+        raise UserError(f"--ranks {spec!r}: use 0 (default), all, or a list such as 0,3") from None
+    bad = sorted(r for r in wanted if not 0 <= r < world)
+    if bad:
+        raise UserError(f"--ranks {spec}: rank {bad[0]} is outside the world size {world} (--world-size)")
+    return sorted(wanted | {0})
+
+
+def describe(plan: dict) -> str:
+    """The one line printed before the run: launcher, world size, what is captured."""
+    world = plan["world_size"]
+    captured = plan["ranks"]
+    what = ("rank 0" if captured == [0] else
+            "every rank" if len(captured) == world else "ranks " + ",".join(map(str, captured)))
+    if plan["launcher"] == "spawn":
+        how = f"torch.multiprocessing.spawn script; torch.cuda.device_count() = {world} (--world-size)"
+    else:
+        how = f"torchrun-style script; opscope starts {world} ranks (--world-size) with RANK/WORLD_SIZE/MASTER_PORT"
+    return f"distributed: {how}; capturing {what}"
+
+
+def rank_dir(out_dir: Path, rank: int, captured: bool) -> Path:
+    """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/ (not captured)."""
+    out_dir = Path(out_dir)
+    if not captured:
+        return out_dir / "capture" / "ranks" / f"rank{rank}"
+    return out_dir if rank == 0 else out_dir / f"rank{rank}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_env(plan: dict, port: int) -> dict:
+    """Environment of every process of a distributed scan."""
+    return {ENV_WORLD_SIZE: str(plan["world_size"]), ENV_MASTER_PORT: str(port),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def rank_env(rank: int, world: int) -> dict:
+    """What torchrun sets for a worker on a single node."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+            "GROUP_RANK": "0", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world), "GROUP_WORLD_SIZE": "1",
+            "TORCHELASTIC_RUN_ID": "opscope", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
+
+
+# -- how the ranks ended ------------------------------------------------------------------
+def failed(outcome: dict | None) -> bool:
+    if outcome is None:
+        return True
+    kind = outcome.get("kind")
+    return kind in ("exception", "usage") or (kind == "exit" and outcome.get("code") not in (0, None))
+
+
+def culprit(outcomes: dict) -> tuple[int, dict] | None:
+    """The rank whose failure ended the run: the first to raise/exit non-zero, else the first killed.
+
+    ``outcomes``: rank -> outcome dict (``None`` when the rank wrote none; then
+    ``{"kind": "killed", ...}`` should already be filled in by the caller).
+    """
+    def when(item):
+        return (item[1] or {}).get("ended", float("inf")), item[0]
+    raised = sorted(((r, o) for r, o in outcomes.items() if failed(o)), key=when)
+    if raised:
+        return raised[0]
+    killed = sorted(((r, o) for r, o in outcomes.items() if o and o.get("kind") == "killed"), key=when)
+    return killed[0] if killed else None
+
+
+def rank_failure(rank: int, outcome: dict) -> dict:
+    """A rank's outcome, restated as the outcome of the whole run (its rank named)."""
+    out = dict(outcome)
+    if out.get("kind") in ("exception", "exit") and out.get("where"):
+        out["where"] = f"{out['where']} (rank {rank})"
+    elif out.get("kind") in ("exception", "exit"):
+        out["where"] = f"rank {rank}"
+    else:
+        out["message"] = f"rank {rank}: {out.get('message') or 'ended abruptly'}"
+    return out
+
+
+def read_rank_outcome(out_dir: Path, rank: int, captured: bool, returncode: int | None) -> dict:
+    path = rank_dir(out_dir, rank, captured) / "capture" / "outcome.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        if returncode is not None and returncode < 0:
+            message = f"killed by {signal.Signals(-returncode).name}"
+        else:
+            message = f"the rank process ended abruptly (exit status {returncode})"
+        return {"kind": "killed", "code": returncode, "message": message, "where": None, "steps": 0,
+                "ended": time.time()}
+
+
+# -- torchrun-style: opscope starts the ranks -----------------------------------------------
+def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=None):
+    """Start one capture child per rank (rank 0 captured into the run folder); return a ChildOutcome.
+
+    Any rank that raises, exits non-zero or is killed stops the others (SIGINT, then
+    SIGKILL); ``timeout`` stops all (SIGTERM).  Every rank runs in its own process
+    group, and every group is killed before returning, whatever happened.
+    """
+    from opscope.capture.runner import ChildOutcome, _count_lines, _relay_stderr, _signal_group
+    plan = config["distributed"]
+    world, captured = plan["world_size"], set(plan["ranks"])
+    out_dir = Path(config["out_dir"])
+    capture_dir = out_dir / "capture"
+    procs: dict[int, subprocess.Popen] = {}
+    relays = []
+    started = time.monotonic()
+    timed_out = False
+    outcomes: dict[int, dict] = {}
+    previous = _on_sigterm()
+    try:
+        for rank in range(world):
+            is_captured = rank in captured
+            folder = rank_dir(out_dir, rank, is_captured)
+            (folder / "capture").mkdir(parents=True, exist_ok=True)
+            for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+                (folder / "capture" / stale).unlink(missing_ok=True)
+            cfg = dict(config, out_dir=str(folder.resolve()), rank=rank, capture=is_captured,
+                       analyse=config.get("analyse", True) and is_captured,
+                       argv=_rank_argv(config["argv"], rank, plan.get("local_rank_flag")),
+                       settings=dict(config.get("settings") or {}, rank=rank))
+            path = folder / "capture" / "config.json"
+            path.write_text(json.dumps(cfg, indent=1), encoding="utf-8")
+            env = dict(child_env, **rank_env(rank, world))
+            proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
+                                    env=env, start_new_session=True, stderr=subprocess.PIPE)
+            procs[rank] = proc
+            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+            relay.start()
+            relays.append(relay)
+        stopping = False
+        while len(outcomes) < world:
+            time.sleep(0.25)
+            for rank, proc in procs.items():
+                if rank not in outcomes and proc.poll() is not None:
+                    outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
+                    stopping = stopping or failed(outcomes[rank]) or outcomes[rank].get("kind") == "killed"
+            if progress is not None:
+                progress(_count_lines(capture_dir / "steps.jsonl"))
+            if timeout and not timed_out and time.monotonic() - started > timeout:
+                timed_out = True
+                _stop_all(procs, signal.SIGTERM)
+                break
+            if stopping:  # a rank failed: the others may wait for it forever in a collective
+                _stop_peers(procs, out_dir, captured)
+                break
+            if 0 in outcomes and time.time() - outcomes[0].get("ended", time.time()) > PEER_EXIT_SECONDS:
+                _stop_peers(procs, out_dir, captured)  # rank 0 is done; a peer stuck past it is not worth waiting for
+                break
+    except _Terminated:
+        _stop_all(procs, signal.SIGTERM)
+        _redeliver_sigterm(previous)
+        raise KeyboardInterrupt from None   # only reached when the previous handler returned
+    except BaseException:
+        _stop_all(procs, signal.SIGTERM)
+        raise
+    finally:
+        for proc in procs.values():  # DataLoader workers and anything else the ranks started
+            _signal_group(proc, signal.SIGKILL)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    for relay in relays:
+        relay.join(timeout=5)
+    if progress is not None:
+        progress(_count_lines(capture_dir / "steps.jsonl"))
+    for rank, proc in procs.items():
+        if rank not in outcomes or outcomes[rank].get("kind") == "killed":
+            outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
+    main = outcomes[0]
+    if main.get("kind") == "usage":
+        raise UserError(main.get("message", ""))
+    extra = {k: main[k] for k in ("analysed", "device") if k in main}
+    if timed_out:
+        if main.get("kind") != "timeout":
+            extra.pop("analysed", None)
+        return ChildOutcome("timeout", None, f"the script did not finish {config['steps']} steps within "
+                            f"--timeout {timeout:g}s", steps=main.get("steps", 0), returncode=procs[0].returncode,
+                            extra=extra)
+    if failed(main) or main.get("kind") == "killed" or any(failed(o) for o in outcomes.values()):
+        rank, data = culprit(outcomes) or (0, main)
+        data = rank_failure(rank, data)
+        extra.pop("analysed", None)   # rank 0's scan.json tells its own end; the run's end is the culprit's
+        return ChildOutcome(data.get("kind", "killed"), data.get("code"), data.get("message", ""),
+                            where=data.get("where"), steps=main.get("steps", 0), returncode=procs[rank].returncode,
+                            extra=extra)
+    return ChildOutcome(main.get("kind", "finished"), main.get("code"), main.get("message", ""),
+                        where=main.get("where"), steps=main.get("steps", 0), returncode=procs[0].returncode,
+                        extra=extra)
+
+
+class _Terminated(BaseException):
+    pass
+
+
+def _on_sigterm():
+    """While the ranks run, SIGTERM to opscope first stops them (their groups are not ours)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _redeliver_sigterm(previous) -> None:
+    """Hand SIGTERM on to whatever handled it before (by default: end opscope with it)."""
+    if callable(previous):
+        previous(signal.SIGTERM, None)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+
+
+def _rank_argv(argv: list, rank: int, flag: str | None) -> list:
+    """torch.distributed.launch passes --local_rank=N to scripts that declare it."""
+    argv = list(argv)
+    if flag and not any(a.split("=")[0] in _LOCAL_RANK_FLAGS for a in argv):
+        argv.append(f"{flag}={rank}")
+    return argv
+
+
+def _stop_peers(procs: dict, out_dir: Path, captured: set) -> None:
+    """Let ranks that are ending on their own (a peer's failure reaches them as a gloo error) finish
+    writing; interrupt the ones still inside the script; kill what is left after the grace period."""
+    deadline = time.monotonic() + PEER_GRACE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
+        time.sleep(0.1)
+    for rank, proc in procs.items():
+        ending = (rank_dir(out_dir, rank, rank in captured) / "capture" / "outcome.json").exists()
+        if proc.poll() is None and not ending:
+            from opscope.capture.runner import _signal_group
+            _signal_group(proc, signal.SIGINT)
+    _stop_all(procs, None)
+
+
+def _stop_all(procs: dict, sig) -> None:
+    from opscope.capture.runner import _signal_group
+    for proc in procs.values():
+        if proc.poll() is None and sig is not None:
+            _signal_group(proc, sig)
+    deadline = time.monotonic() + GRACE_SECONDS
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,425 @@
+"""Distributed training inside the capture child: remapped process groups and spawned ranks.
+
+* ``install_remap`` (called by ``CudaRemapper``): ``init_process_group``/``new_group``
+  with NCCL run on gloo, at opscope's rendezvous port; ``DistributedDataParallel``
+  drops CUDA ``device_ids``; ``torch.cuda.device_count()`` is the scan's world size.
+  Each of these is a run-time finding at the user's line.
+* ``install_spawn``: ``torch.multiprocessing.spawn``/``start_processes`` start every
+  rank through ``_RankTarget``, which runs the rank under its own session: a
+  ``CaptureSession`` into the rank's folder for captured ranks, an ``UncapturedSession``
+  (remapped, counting steps so it stops with the others, no profiler) for the rest.
+* ``after_script``: once the script is over, no rank is left running and the run's
+  outcome is the first failing rank's (named), else rank 0's.
+
+See ``distributed.py`` for the folders and the torchrun-style launch.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from opscope.capture import distributed
+from opscope.capture.session import CaptureSession, StopScan
+
+RANK_GRACE_SECONDS = 5.0
+
+
+# -- remaps that every process of a distributed scan gets ----------------------------------
+def install_remap(remapper, rec) -> None:
+    """Distributed part of the CUDA->CPU remap (see ``CudaRemapper._install_distributed``)."""
+    import torch
+    try:
+        import torch.distributed as dist
+    except Exception:  # pragma: no cover
+        return
+    world = int(os.environ.get(distributed.ENV_WORLD_SIZE, "0") or 0)
+    if world:   # torch.cuda/torch.accelerator.device_count(): nprocs=device_count() spawns the world
+        remapper.device_count = world
+    if not dist.is_available():
+        return
+    remapper._patch(dist, "init_process_group", _gloo(dist.init_process_group, rec, "init_process_group", True))
+    remapper._patch(dist, "new_group", _gloo(dist.new_group, rec, "new_group", False))
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    orig_ddp = DDP.__init__
+
+    @functools.wraps(orig_ddp)
+    def ddp_init(this, module, device_ids=None, output_device=None, *args, **kwargs):
+        if device_ids is not None and remapper._from_user():
+            rec("ddp-device-ids", f"DistributedDataParallel(device_ids={device_ids!r})")
+        return orig_ddp(this, module, None, None, *args, **kwargs)
+
+    remapper._patch(DDP, "__init__", ddp_init)
+    sync_bn = torch.nn.SyncBatchNorm
+    orig_forward = sync_bn.forward
+
+    @functools.wraps(orig_forward)
+    def sync_bn_forward(this, input):
+        if input.device.type == "cpu":   # SyncBatchNorm refuses CPU tensors once a process group exists
+            rec("sync-batchnorm", "torch.nn.SyncBatchNorm")
+            return torch.nn.modules.batchnorm._BatchNorm.forward(this, input)
+        return orig_forward(this, input)
+
+    remapper._patch(sync_bn, "forward", sync_bn_forward)
+    orig_sync_check = getattr(DDP, "_passing_sync_batchnorm_handle", None)
+    if orig_sync_check is not None:  # DDP refuses SyncBatchNorm in a CPU module
+
+        def sync_check(this, module):
+            if getattr(this, "device_type", None) != "cpu":
+                return orig_sync_check(this, module)
+
+        remapper._patch(DDP, "_passing_sync_batchnorm_handle", sync_check)
+
+
+def _gloo(orig, rec, name: str, rendezvous: bool):
+    """``orig`` with an NCCL backend replaced by gloo (and, in a distributed scan, opscope's port)."""
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        backend = kwargs.get("backend", args[0] if args and name == "init_process_group" else None)
+        if name == "new_group":
+            backend = kwargs.get("backend", args[2] if len(args) > 2 else None)
+        if isinstance(backend, str) and "nccl" in backend.lower():
+            rec("nccl-backend", f"{name}(backend={backend!r})")
+            if name == "init_process_group" and args:
+                args = ("gloo",) + tuple(args[1:])
+            elif name == "new_group" and len(args) > 2:
+                args = tuple(args[:2]) + ("gloo",) + tuple(args[3:])
+            else:
+                kwargs["backend"] = "gloo"
+        if rendezvous:
+            args, kwargs = _local_rendezvous(args, kwargs)
+            from opscope.capture.remap import _is_cuda
+            if _is_cuda(kwargs.get("device_id")):   # eager init on a CUDA device (torch >= 2.3)
+                rec("cuda-device", f"init_process_group(device_id={kwargs.pop('device_id')!r})")
+        return orig(*args, **kwargs)
+    return wrapper
+
+
+def _local_rendezvous(args, kwargs):
+    """Point tcp:// and env:// rendezvous at opscope's free local port (no collisions between scans)."""
+    port = os.environ.get(distributed.ENV_MASTER_PORT)
+    if not port or "store" in kwargs:
+        return args, kwargs
+    method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    if isinstance(method, str) and method.startswith("tcp://"):
+        method = re.sub(r"^tcp://[^/?]*", f"tcp://127.0.0.1:{port}", method)
+        if "init_method" in kwargs or len(args) <= 1:
+            kwargs["init_method"] = method
+        else:
+            args = (args[0], method) + tuple(args[2:])
+    elif method is None or (isinstance(method, str) and method.startswith("env://")):
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = port
+    return args, kwargs
+
+
+# -- ranks that are run but not profiled -------------------------------------------------------
+class _NoProfiler:
+    kineto_results = None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class UncapturedSession(CaptureSession):
+    """A rank that is remapped and stops after ``steps`` like the captured ones, without the profiler.
+
+    Its folder keeps only ``capture/runtime.json`` (its remap findings) and ``outcome.json``.
+    """
+
+    def __init__(self, out_dir, steps, **kwargs):
+        kwargs["export_traces"] = False
+        super().__init__(out_dir, steps, **kwargs)
+        self.keep_in_memory = False
+        self._unrecorded = {"after_calls": 0}   # "recording already paused": never toggle a profiler
+
+    def _start_profiler(self) -> None:
+        self.prof = _NoProfiler()
+        self.step_started = time.perf_counter()
+
+    def _watch_memory(self) -> None:
+        pass                                     # nothing is recorded, so nothing to bound
+
+    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
+        self.tracker.reset_step()                # per-step shape-origin state does not pile up
+        self.tracker.calls_in_step = 0
+
+
+def capture_options(config: dict) -> dict:
+    """Session options chosen on the command line (compile, memory bounds)."""
+    options = {"keep_compile": bool(config.get("keep_compile", False))}
+    options.update({k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
+    return options
+
+
+def make_session(capture: bool, out_dir, steps, **kwargs):
+    return (CaptureSession if capture else UncapturedSession)(out_dir, steps, **kwargs)
+
+
+# -- torch.multiprocessing.spawn ----------------------------------------------------------------
+class _State:
+    def __init__(self):
+        self.session = None        # the launching process's own session
+        self.config = None
+        self.spawns = 0            # launches so far (only the first is captured)
+        self.launches: list[dict] = []   # per launch: rank -> multiprocessing process
+        self.process_launch: dict | None = None   # the open launch of Process(target=fn, args=(rank, ...))
+
+
+_state = _State()
+
+
+def install_spawn(session, config: dict) -> None:
+    """In the capture child: rank processes of ``torch.multiprocessing.spawn`` run through ``_RankTarget``."""
+    import torch.multiprocessing as tmp
+    spawn_mod = sys.modules["torch.multiprocessing.spawn"]
+    _state.session, _state.config = session, config
+    orig_start = spawn_mod.start_processes
+
+    def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        return _start(orig_start, fn, args, nprocs, join, daemon)
+
+    def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        return _start(orig_start, fn, args, nprocs, join, daemon)
+
+    for owner in (tmp, spawn_mod):
+        owner.start_processes = start_processes
+        owner.spawn = spawn
+    import multiprocessing.process as mp_process
+    orig_process_start = mp_process.BaseProcess.start
+
+    def process_start(this):
+        _wrap_rank_process(this)
+        return orig_process_start(this)
+
+    mp_process.BaseProcess.start = process_start
+
+
+def spawned() -> bool:
+    return _state.spawns > 0
+
+
+def _plan(nprocs: int) -> dict:
+    plan = dict((_state.config or {}).get("distributed") or {})
+    plan.setdefault("ranks", [0])
+    plan["world_size"] = nprocs
+    return plan
+
+
+def _new_launch(what: str, nprocs: int | None) -> dict:
+    """Start a launch: the first one takes over the run folder; returns the ranks' config."""
+    config = _state.config
+    first = _state.spawns == 0
+    _state.spawns += 1
+    out_dir = Path(config["out_dir"])
+    ranks = _plan(nprocs or 0)["ranks"]
+    captured = [r for r in ranks if nprocs is None or r < nprocs] if first else []
+    count = f"{nprocs} rank process(es)" if nprocs else "rank processes"
+    print(f"opscope: {what} starts {count}; "
+          + (f"capturing rank(s) {','.join(map(str, captured))}" if captured else
+             "running them uncaptured (only the first launch is captured)"), file=sys.stderr, flush=True)
+    findings = _detach(_state.session, out_dir) if first else []
+    return {
+        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"),
+        "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
+        "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
+        "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
+        "captured": captured, "findings": findings,
+        **{k: config[k] for k in ("keep_compile", "max_step_calls", "max_capture_mb") if config.get(k)},
+    }
+
+
+def _start(orig_start, fn, args, nprocs, join, daemon):
+    first = _state.spawns == 0
+    out_dir = Path(_state.config["out_dir"])
+    target = _RankTarget(fn, _new_launch("torch.multiprocessing.spawn", nprocs))
+    ctx = orig_start(target, args, nprocs, False, daemon, start_method="spawn")
+    _state.launches.append(dict(enumerate(ctx.processes)))
+    _state.process_launch = None
+    if not join:
+        return ctx
+    rank0_done = None
+    while not ctx.join(timeout=1.0, grace_period=RANK_GRACE_SECONDS):
+        if ctx.processes[0].exitcode == 0:   # rank 0 is done: a peer stuck past it is not worth waiting for
+            rank0_done = rank0_done or time.monotonic()
+            if time.monotonic() - rank0_done > distributed.PEER_EXIT_SECONDS:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.terminate()
+    if first:
+        main = distributed.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
+        if main.get("kind") == "steps-reached":
+            raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
+    return None
+
+
+def _wrap_rank_process(proc) -> None:
+    """``Process(target=fn, args=(rank, ...))`` of the script (spawn start method): run it as a rank."""
+    import multiprocessing
+    if _state.config is None or isinstance(proc._target, _RankTarget):
+        return
+    if ((_state.config.get("distributed") or {}).get("launcher")) != "spawn":
+        return        # a helper process of a script that is not launched as ranks (see distributed.detect_launcher)
+    args = tuple(proc._args or ())
+    code = getattr(proc._target, "__code__", None)
+    if not args or type(args[0]) is not int or code is None or _state.session is None:
+        return
+    if _state.session.user_code.display(code.co_filename) is None:
+        return        # a library's worker (DataLoader, ...), not a rank of the script
+    method = proc._start_method or multiprocessing.get_start_method(allow_none=True) or "fork"
+    if method == "fork":
+        return        # a forked process inherits this one's capture; only spawn/forkserver are ranks
+    launch = _state.process_launch
+    if launch is None or args[0] in launch["procs"]:
+        launch = _state.process_launch = {"config": _new_launch("multiprocessing.Process", None), "procs": {}}
+        _state.launches.append(launch["procs"])
+    proc._target = _RankTarget(proc._target, launch["config"])
+    launch["procs"][args[0]] = proc
+
+
+def _detach(session, out_dir: Path) -> list:
+    """The launching process hands its run folder over to rank 0; returns its findings so far."""
+    if session is None:
+        return []
+    if session.prof is not None:
+        session._stop_profiler()      # what the launcher did before spawning is not a training step
+    session.done = True
+    session.tracker.boundary_pending = False
+    scratch = out_dir / "capture" / "launcher"
+    (scratch / "capture").mkdir(parents=True, exist_ok=True)
+    steps = session.capture_dir / "steps.jsonl"
+    if not session._steps_file.closed:
+        session._steps_file.close()
+    if steps.exists():
+        steps.replace(scratch / "capture" / "steps.jsonl")
+    session.out_dir, session.capture_dir, session.trace_dir = scratch, scratch / "capture", scratch / "traces"
+    session.keep_in_memory = False
+    return [f.to_dict() for f in session.findings.list()] if session.findings else []
+
+
+class _RankTarget:
+    """Picklable rank entry: ``fn(rank, *args)`` under the rank's own session."""
+
+    def __init__(self, fn, config: dict):
+        self.fn, self.config = fn, config
+
+    def __call__(self, rank, *args):
+        cfg = self.config
+        captured = rank in cfg["captured"]
+        folder = distributed.rank_dir(Path(cfg["out_dir"]), rank, captured)
+        (folder / "capture").mkdir(parents=True, exist_ok=True)
+        for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+            (folder / "capture" / stale).unlink(missing_ok=True)
+        session = make_session(captured, folder, cfg["steps"], step_marker=cfg["step_marker"],
+                               user_root=cfg["user_root"], remap=cfg["remap"], export_traces=cfg["export_traces"],
+                               **capture_options(cfg))
+        if session.findings is not None and captured:
+            from opscope.model import Finding
+            for data in cfg["findings"]:
+                f = Finding.from_dict(data)
+                session.findings.items[(f.rule, f.file, f.line)] = f
+
+        def on_term(signum, frame):
+            raise StopScan("terminated")
+
+        signal.signal(signal.SIGTERM, on_term)
+        kind, code, message, where, error = "finished", 0, "", None, None
+        session.start()
+        try:
+            self.fn(rank, *args)
+        except StopScan as stop:
+            if stop.reason == "terminated":
+                kind, message = "killed", "stopped by opscope (another rank failed, or the scan was stopped)"
+            else:
+                kind, message = "steps-reached", stop.reason
+        except KeyboardInterrupt:
+            kind, code, message = "killed", 130, "interrupted (the launching process ended)"
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            kind, message, where = "exit", f"the script called sys.exit({exc.code!r})", _where(exc, cfg["script"])
+            error = exc if code else None
+        except BaseException as exc:
+            kind, code, error = "exception", 1, exc
+            message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+            where = _where(exc, cfg["script"])
+            (folder / "capture" / "script_traceback.txt").write_text("".join(traceback.format_exception(exc)),
+                                                                      encoding="utf-8")
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                session.finish(ended_normally=kind == "finished")
+            finally:
+                _write_outcome(folder, kind, code, message, where, session.step_index)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if error is not None:
+            raise error      # torch's spawn reports it to the launcher, which stops the other ranks
+        os._exit(0)          # skip teardown (DataLoader workers, atexit) of a rank stopped early
+
+
+def _where(exc, script: str) -> str:
+    from opscope.capture.child import _user_frame_summary
+    return _user_frame_summary(exc, script)
+
+
+def _write_outcome(folder: Path, kind, code, message, where, steps) -> None:
+    path = folder / "capture" / "outcome.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"kind": kind, "code": code, "message": message, "where": where, "steps": steps,
+                               "ended": time.time()}), encoding="utf-8")
+    tmp.replace(path)
+
+
+# -- once the script is over --------------------------------------------------------------------
+def after_script(kind, code, message, where) -> tuple[str, object, str, str | None, int | None]:
+    """Stop leftover ranks; return the run's (kind, code, message, where, rank-0 steps) after a spawn."""
+    if not spawned():
+        return kind, code, message, where, None
+    for launch in _state.launches:
+        for proc in launch.values():
+            if proc.pid is not None and proc.is_alive():
+                proc.terminate()
+        for proc in launch.values():
+            if proc.pid is None:
+                continue
+            proc.join(RANK_GRACE_SECONDS)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    procs = _state.launches[0]
+    out_dir = Path(_state.config["out_dir"])
+    captured = set(_plan(len(procs))["ranks"])
+    outcomes = {r: distributed.read_rank_outcome(out_dir, r, r in captured, p.exitcode) for r, p in procs.items()}
+    if 0 not in outcomes:
+        return kind, code, message, where, None
+    steps = outcomes[0].get("steps", 0)
+    if kind == "timeout":
+        return kind, code, message, where, steps
+    found = distributed.culprit(outcomes)
+    rank0_ok = outcomes[0].get("kind") in ("steps-reached", "finished")
+    if found is not None and (distributed.failed(found[1]) or not rank0_ok):   # not: a peer stopped after rank 0
+        data = distributed.rank_failure(*found)
+        return data.get("kind", "killed"), data.get("code"), data.get("message", ""), data.get("where"), steps
+    if distributed.failed({"kind": kind, "code": code}) or kind == "killed":
+        return kind, code, message, where, steps    # the ranks were fine; the script failed after them
+    main = outcomes[0]
+    return main.get("kind", kind), main.get("code", code), main.get("message", message), main.get("where"), steps
+
+
+def analyse_ranks(config: dict, device: str, build) -> None:
+    """Write scan.json/operators.csv of every captured rank other than 0 (its own outcome)."""
+    if not spawned():
+        return
+    procs = _state.launches[0]
+    out_dir = Path(config["out_dir"])
+    captured = [r for r in _plan(len(procs))["ranks"] if r in procs and r > 0]
+    for rank in captured:
+        folder = distributed.rank_dir(out_dir, rank, True)
+        data = distributed.read_rank_outcome(out_dir, rank, True, procs[rank].exitcode)
+        build(folder, data, dict(config.get("settings") or {}, rank=rank))
