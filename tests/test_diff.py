@@ -337,3 +337,14 @@ def test_operator_counts_and_device_time_match_operator_details():
             assert ours[name] == pytest.approx(total[name], abs=0.01), name
             checked += 1
     assert checked > 20 and ours["c10d::allreduce_"] == pytest.approx(total["c10d::allreduce_"], abs=0.01)
+
+
+def test_batch_size_per_side_and_its_errors(capsys):
+    from opscope.commands.diff import _batch_sizes
+    from opscope.errors import UserError
+
+    assert _batch_sizes("32") == (32, 32) and _batch_sizes("8,32") == (8, 32)
+    assert _batch_sizes(",32") == (None, 32) and _batch_sizes(None) == (None, None)
+    for bad in ("0", "8,x", "1,2,3", ",", "-4"):
+        with pytest.raises(UserError):
+            _batch_sizes(bad)
