@@ -18,10 +18,12 @@ from opscope.resources import support_matrix_dir
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend_private_ops.yaml": {"patterns": list},
     "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list},
-    "diff_rules.yaml": {k: list for k in (
+    "diff_rules.yaml": {**{k: list for k in (
         "structural", "private_ops", "phase_annotations", "step_annotations", "npu_inserted_ops",
         "npu_inserted_kernels", "fallback_children", "fallback_log_patterns", "device_processes",
-        "device_kernel_categories", "launch_flow_categories")},
+        "device_kernel_categories", "launch_flow_categories", "user_cast_parents", "never_fold",
+        "python_scalar_dtypes", "known_differences", "npu_kernel_name_families", "npu_inserted_kernel_types")},
+        "device_task_classes": dict},
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict},

@@ -19,7 +19,10 @@ def register(subparsers) -> None:
                     "opscope run directories.")
     parser.add_argument("a", metavar="A", help="the reference run (e.g. the CPU or GPU profile)")
     parser.add_argument("b", metavar="B", help="the run to compare (e.g. the NPU profile)")
-    parser.add_argument("--batch-size", type=int, help="per-device batch size, for FPS")
+    parser.add_argument("--batch-size", metavar="N|A,B",
+                        help="per-device batch size for FPS: one value for both runs, or 'A,B' per run "
+                             "(e.g. 8,32); default: read from each run's scan argv (-b/--batch-size) or "
+                             "guessed from its first 4-D input (the report says which)")
     parser.add_argument("--devices", type=int, help="devices of run B for FPS (default: ranks found)")
     parser.add_argument("--devices-a", type=int, help="devices of run A for FPS (default: ranks found)")
     parser.add_argument("--warmup", type=int, help="first K captured steps are warm-up and left out of the "
@@ -63,12 +66,26 @@ def _positive(name, value):
         raise UserError(f"{name} must be a positive integer, got {value}", EXIT_USAGE)
 
 
+def _batch_sizes(text):
+    """'32' -> (32, 32); '8,32' -> (8, 32); '8,' / ',32' leave a side to auto-detection."""
+    if text is None:
+        return None, None
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) > 2 or not all(p == "" or p.isdigit() for p in parts) or not any(parts):
+        raise UserError(f"--batch-size: expected N or A,B (positive integers), got {text!r}", EXIT_USAGE)
+    values = [int(p) if p else None for p in parts]
+    if any(v is not None and v <= 0 for v in values):
+        raise UserError(f"--batch-size must be positive, got {text!r}", EXIT_USAGE)
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
 def run(args) -> int:
     from opscope.analysis.diff import diff_profiles
     from opscope.parsers import load_profiles
 
     formats = _formats(args.format)
-    for name in ("batch_size", "devices", "devices_a"):
+    batch_a, batch_b = _batch_sizes(args.batch_size)
+    for name in ("devices", "devices_a"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.warmup is not None and args.warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}", EXIT_USAGE)
@@ -81,7 +98,7 @@ def run(args) -> int:
     if label_a == label_b and not (args.label_a or args.label_b):
         label_a, label_b = f"A ({label_a})", f"B ({label_b})"
     result = diff_profiles(ranks_a, ranks_b, label_a=label_a, label_b=label_b, warmup=args.warmup,
-                           batch_size=args.batch_size, devices_a=args.devices_a, devices_b=args.devices,
+                           batch_size_a=batch_a, batch_size_b=batch_b, devices_a=args.devices_a, devices_b=args.devices,
                            log_a=log_a, log_b=log_b)
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff

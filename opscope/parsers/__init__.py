@@ -9,13 +9,15 @@ Special files (FIFOs, devices) are refused before anything opens them.
 """
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from opscope.errors import InputError
 from opscope.parsers.base import FormatError
 
 ACCEPTED = ("profiler text log (key_averages().table()), Chrome trace .json/.json.gz, "
-            "Ascend *_ascend_pt folder (or a folder of ranks), opscope run directory (scan.json)")
+            "Ascend *_ascend_pt folder, text or db export (or a folder of ranks), Ascend profiler .db, "
+            "opscope run directory (scan.json)")
 FIX = f"accepted inputs: {ACCEPTED}"
 
 
@@ -24,7 +26,7 @@ def _fail(path, problem: str, where: str | None = None) -> InputError:
 
 
 def detect_format(path) -> str:
-    """'opscope-run' | 'ascend' | 'ascend-ranks' | 'chrome-trace' | 'text-table'."""
+    """'opscope-run' | 'ascend' | 'ascend-ranks' | 'ascend-db' | 'chrome-trace' | 'text-table'."""
     from opscope.parsers.ascend import is_ascend_dir, rank_dirs
     from opscope.parsers.scan_dir import is_run_dir
     from opscope.parsers.text_table import file_has_table, looks_like_table
@@ -47,6 +49,8 @@ def detect_format(path) -> str:
             head = fh.read(65536)
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc.strerror or exc})") from None
+    if head[:16] == b"SQLite format 3\x00":
+        return "ascend-db"
     if head[:2] == b"\x1f\x8b":
         return "chrome-trace"
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
@@ -77,12 +81,13 @@ def _chrome_trace(path):
 
 
 def _loaders() -> dict:
-    from opscope.parsers.ascend import load_ascend
+    from opscope.parsers.ascend import load_ascend, load_ascend_db
     from opscope.parsers.scan_dir import load_run_dir
     from opscope.parsers.text_table import load_text_table
 
     return {"opscope-run": load_run_dir, "ascend": load_ascend, "chrome-trace": _chrome_trace,
-            "text-table": load_text_table, "ascend-ranks": lambda p: load_profiles(p)[0]}
+            "text-table": load_text_table, "ascend-ranks": lambda p: load_profiles(p)[0],
+            "ascend-db": load_ascend_db}
 
 
 def load_profile(path):
@@ -97,3 +102,5 @@ def load_profile(path):
         raise _fail(path, f"cannot be read as {fmt} (not UTF-8 text: {exc.reason})") from None
     except OSError as exc:
         raise _fail(path, f"cannot be read as {fmt} ({exc.strerror or exc})") from None
+    except sqlite3.Error as exc:
+        raise _fail(path, f"cannot be read as {fmt} (SQLite: {exc})") from None

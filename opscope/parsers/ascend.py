@@ -102,7 +102,11 @@ def load_ascend(path) -> Profile:
     out = folder / OUTPUT_DIR
     trace = out / TRACE
     if not trace.is_file():
-        raise FormatError(f"{TRACE} is missing from {OUTPUT_DIR} (a db-only export?)", where=OUTPUT_DIR)
+        from opscope.parsers.ascend_db import find_db
+        if find_db(folder) is not None:
+            return load_ascend_db(folder)
+        raise FormatError(f"{TRACE} is missing from {OUTPUT_DIR} and there is no ascend_pytorch_profiler_*.db "
+                          f"(export the profiler with the text or db format)", where=OUTPUT_DIR)
     builder = ProfileBuilder("ascend", folder)
     builder.add(TraceReader(trace))
     prof = builder.build()
@@ -112,4 +116,31 @@ def load_ascend(path) -> Profile:
         prof.metadata["device_step_breakdown_us"] = breakdown
     if notes:
         prof.metadata.setdefault("notes", []).extend(notes)
+    return prof
+
+
+def load_ascend_db(path) -> Profile:
+    """A rank folder of the SQLite export, or one ``ascend_pytorch_profiler_*.db`` file."""
+    from opscope.parsers.ascend_db import db_events, find_db, step_breakdown_db
+
+    path = Path(path)
+    db = find_db(path)
+    if db is None:
+        raise FormatError("no ascend_pytorch_profiler_*.db", where=str(path))
+    folder = db.parent.parent if db.parent.name == OUTPUT_DIR else db.parent
+    builder = ProfileBuilder("ascend-db", folder if path.is_dir() else db)
+    try:
+        builder.add(db_events(db))
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"unexpected content in the profiler database ({exc})", where=db.name) from None
+    prof = builder.build()
+    prof.rank = _rank_of(folder)
+    if prof.rank is None:
+        match = re.search(r"profiler_(\d+)\.db$", db.name)
+        prof.rank = int(match.group(1)) if match else None
+    breakdown = step_breakdown_db(folder)
+    if breakdown:
+        prof.metadata["device_step_breakdown_us"] = breakdown
     return prof

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from opscope.model import OpCall, Profile, Step
 from opscope.parsers.base import FormatError
+from opscope.parsers.device_steps import step_breakdown
 from opscope.parsers.rules import rules as load_rules
 
 HOST_CATEGORIES = {"cpu_op", "user_annotation", "Operator", "operator"}
@@ -159,7 +160,7 @@ class ProfileBuilder:
         self.clock = _Clock()
         # (pid, tid) -> [(ts, dur, name, shapes, dtypes, scalars, seq, stack, file_step)]
         self.host: dict[tuple, list] = defaultdict(list)
-        self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr)
+        self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr, info)
         self.runtime: dict = {}                                 # correlation -> (pid, tid, ts)
         self.flow_start: dict = {}                              # id -> (pid, tid, ts)
         self.flow_end: dict = {}                                # (pid, tid, ts) -> id
@@ -167,6 +168,7 @@ class ProfileBuilder:
         self.fwd_threads: set = set()
         self.process_names: dict = {}
         self.process_labels: dict = {}
+        self.thread_names: dict = {}
         self._shared: dict = {}
         self.header: dict = {}
 
@@ -232,7 +234,7 @@ class ProfileBuilder:
                     elif cat is None or cat in kernel_cats:
                         self.maybe_kernels.append((pid, tid, clock(ev.get("ts", 0)), _duration(ev.get("dur")),
                                                    share(_text(ev.get("name", ""), "name")), cat,
-                                                   _ident(args.get("correlation"))))
+                                                   _ident(args.get("correlation")), _task_info(args, share)))
                 elif ph in ("s", "f"):
                     if cat in flow_cats:
                         key = (cat, _ident(ev.get("id")))
@@ -250,6 +252,9 @@ class ProfileBuilder:
                         self.process_names[pid] = value if isinstance(value, str) else None
                     elif name == "process_labels":
                         self.process_labels[pid] = args.get("labels")
+                    elif name == "thread_name":
+                        value = args.get("name")
+                        self.thread_names[(pid, tid)] = value if isinstance(value, str) else None
             except FormatError:
                 raise
             except RecursionError:
@@ -311,8 +316,13 @@ class ProfileBuilder:
     def _build(self) -> Profile:
         rules = self.rules
         device_pids = {pid for pid, name in self.process_names.items() if name in rules.device_processes}
+        # collectives (HCCL "Group N Communication"); their "Plane N" sub-tasks are details
+        comm_threads = {t for t, name in self.thread_names.items()
+                        if self.process_names.get(t[0]) in rules.communication_processes
+                        and rules.communication_thread(name) == "collective"}
         kernels = [k for k in self.maybe_kernels
-                   if k[0] in device_pids or (k[5] is not None and k[5] in rules.device_kernel_categories)]
+                   if k[0] in device_pids or (k[0], k[1]) in comm_threads
+                   or (k[5] is not None and k[5] in rules.device_kernel_categories)]
         self.maybe_kernels = []
         device = "npu" if device_pids else ("cuda" if kernels else "cpu")
 
@@ -321,6 +331,7 @@ class ProfileBuilder:
         fallback = defaultdict(set)            # call index -> evidence names
         thread_index = {}                      # (pid, tid) -> (starts, ends, owners)
         windows = []                           # (start, end, step) of step annotations
+        parent_of: list[int] = []              # call index -> index of its parent operator (-1: none)
         kind_of = rules.kind
         for thread in list(self.host):
             evs = self.host.pop(thread)
@@ -373,6 +384,7 @@ class ProfileBuilder:
                         parent=calls[owner].name if owner is not None else None,
                         source=self._source(call_stack) if call_stack else None, step=step or 0, thread=tid,
                         seq_nr=int(seq) if isinstance(seq, int) else -1, start_us=ts, device="cpu"))
+                    parent_of.append(owner if owner is not None else -1)
                     node = (end, len(calls) - 1, phase, step, False)
                     if step:
                         steps.setdefault(step, Step(index=step)).op_calls += 1
@@ -383,12 +395,14 @@ class ProfileBuilder:
             thread_index[thread] = (starts, ends, owners)
 
         _steps_by_time(calls, windows, steps)
-        unattributed, inserted = self._attach_kernels(kernels, thread_index, calls, device)
+        unattributed, inserted, tasks, collectives, copies = self._attach_kernels(
+            kernels, thread_index, calls, device, comm_threads, windows)
         for idx in fallback:
             calls[idx].device = "cpu"
         for call in calls:
             if call.self_time_us < 0:
                 call.self_time_us = 0.0
+        device_steps = step_breakdown(tasks, {w[2]: (w[0], w[1]) for w in windows}) if tasks else []
         prof = Profile(calls=calls, steps=[steps[k] for k in sorted(steps)], device=device,
                        source_format=self.source_format, path=self.path)
         prof.metadata.update({
@@ -396,13 +410,17 @@ class ProfileBuilder:
             "device_kernels": len(kernels),
             "device_time_unattributed_us": round(unattributed, 3),
             "inserted_kernels": inserted,
+            "clock_base_us": self.clock.base,
+            "device_steps": device_steps,
+            "collectives": collectives,
+            "transfer_calls": _transfer_chains(copies, calls, parent_of, rules),
             "fallback_evidence": [{"op": calls[i].name, "evidence": sorted(n), "step": calls[i].step}
                                   for i, n in sorted(fallback.items())],
         })
         return prof
 
     def _launch_point(self, kernel):
-        pid, tid, ts, _dur, _name, _cat, corr = kernel
+        pid, tid, ts, _dur, _name, _cat, corr, _info = kernel
         key = self.flow_end.get((pid, tid, ts))
         if key is not None and key in self.flow_start:
             return self.flow_start[key]
@@ -410,45 +428,123 @@ class ProfileBuilder:
             return self.runtime[corr]
         return None
 
-    def _attach_kernels(self, kernels, thread_index, calls, device):
-        """Charge each kernel to the operator enclosing its launch; collect NPU-inserted kernels."""
+    def _owner_of(self, kernel, thread_index):
+        point = self._launch_point(kernel)
+        if point is None or (point[0], point[1]) not in thread_index:
+            return None
+        starts, ends, owners = thread_index[(point[0], point[1])]
+        i = bisect.bisect_right(starts, point[2] + EPS) - 1
+        # the innermost event containing the launch is the latest-starting one still open
+        while i >= 0 and ends[i] + EPS < point[2]:
+            i -= 1
+        return owners[i] if i >= 0 else None
+
+    def _attach_kernels(self, kernels, thread_index, calls, device, comm_threads, windows):
+        """Charge each device task to the operator that launched it: launch flows first,
+        then time containment (a collective's sub-tasks on the communication stream lie
+        inside it).  Compute, communication and copy tasks count as the operator's device
+        time; stream bookkeeping (event record/wait) and collective sub-tasks do not.
+        Returns (unattributed µs, NPU-inserted kernels, per-step tasks, collectives)."""
         rules = self.rules
         unattributed = 0.0
         inserted = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0, "ops": Counter()})
+        classified = []
         for kernel in kernels:
-            point = self._launch_point(kernel)
-            owner = None
-            if point is not None and (point[0], point[1]) in thread_index:
-                starts, ends, owners = thread_index[(point[0], point[1])]
-                i = bisect.bisect_right(starts, point[2] + EPS) - 1
-                # the innermost event containing the launch is the latest-starting one still open
-                while i >= 0 and ends[i] + EPS < point[2]:
-                    i -= 1
-                owner = owners[i] if i >= 0 else None
-            dur = kernel[3]
+            pid, tid, ts, dur, name, cat, _corr, info = kernel
+            klass = ("communication" if (pid, tid) in comm_threads
+                     else rules.task_class(name, info[0] if info else None, cat))
+            classified.append((kernel, klass, self._owner_of(kernel, thread_index)))
+        spans = sorted((k[2], k[2] + k[3], owner) for k, klass, owner in classified
+                       if klass == "communication" and owner is not None)
+        span_starts = [s[0] for s in spans]
+        step_windows = sorted(windows)
+        window_starts = [w[0] for w in step_windows]
+        tasks, collectives, copies = [], [], {}
+        for kernel, klass, owner in classified:
+            pid, tid, ts, dur, name, cat, _corr, info = kernel
+            if owner is None and klass in ("comm-subtask", "communication") and spans:
+                i = bisect.bisect_right(span_starts, ts + EPS) - 1
+                if i >= 0 and ts <= spans[i][1] + EPS:
+                    owner = spans[i][2]
+            if klass in ("sync", "comm-subtask"):
+                continue
             if owner is None:
                 unattributed += dur
             else:
                 calls[owner].device_time_us += dur
                 calls[owner].device = device
-            if rules.is_inserted_kernel(kernel[4]):
-                entry = inserted[_kernel_type(kernel[4])]
+            step = calls[owner].step if owner is not None else 0
+            if not step and step_windows:
+                i = bisect.bisect_right(window_starts, ts) - 1
+                step = step_windows[i][2] if i >= 0 and ts <= step_windows[i][1] else 0
+            tasks.append((ts, ts + dur, klass, step))
+            if klass == "transfer" and owner is not None:
+                certain = rules.is_host_transfer(name, info[0] if info else None)
+                if certain is not False:
+                    copies[owner] = copies.get(owner) or certain
+            if klass == "communication":
+                count, dtype = (info[1], info[2]) if info else (None, None)
+                collectives.append({
+                    "name": _collective_type(name), "kernel": name,
+                    "op": calls[owner].name if owner is not None else None, "step": step,
+                    "start_us": round((self.clock.base or 0) + ts, 3), "duration_us": round(dur, 3),
+                    "count": count, "data_type": dtype, "bytes": _bytes(count, dtype)})
+            if rules.is_inserted_kernel(name):
+                entry = inserted[rules.kernel_type(name)]
                 entry["calls"] += 1
                 entry["device_time_us"] += dur
                 entry["ops"][calls[owner].name if owner is not None else "(unattributed)"] += 1
-        return unattributed, [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
-                               "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
+        inserted_list = [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
+                          "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
+        collectives.sort(key=lambda c: c["start_us"])
+        return unattributed, inserted_list, tasks, collectives, copies
 
 
-def _kernel_type(name: str) -> str:
-    """'trans_TransData_12' / 'aclnnX_TransDataSpecial_TransData' -> 'TransData'; 'Cast3' -> 'Cast'."""
-    tail = name.rsplit("_", 1)
+def _transfer_chains(copies, calls, parent_of, rules) -> list[int]:
+    """Indices of the calls that moved data between host and device: each transfer
+    operator that launched a host<->device copy task, with its ancestors that are the same transfer
+    (``aten::to`` -> ``aten::_to_copy`` -> ``aten::copy_``; ``transfer_ops`` in the rules)."""
+    marked = set()
+    for idx, certain in copies.items():
+        chain = []
+        while idx >= 0 and idx not in marked and rules.is_transfer_op(calls[idx].name):
+            chain.append(idx)
+            idx = parent_of[idx]
+        # a copy task that may be device to device counts only under a .to() (aten::_to_copy)
+        if certain or any(calls[i].name in rules.to_copy_ops for i in chain):
+            marked.update(chain)
+    return sorted(marked)
+
+
+_DTYPE_BYTES = {"FP32": 4, "FLOAT": 4, "FP16": 2, "BF16": 2, "INT8": 1, "UINT8": 1, "INT16": 2, "INT32": 4,
+                "INT64": 8, "FP64": 8, "DOUBLE": 8}
+
+
+def _task_info(args: dict, share):
+    """(task type, element count, data type) of a device task, or None when it has none."""
+    task_type, count, dtype = args.get("Task Type"), args.get("count"), args.get("data_type")
+    task_type = task_type if isinstance(task_type, str) else None
+    dtype = dtype if isinstance(dtype, str) else None
+    count = count if isinstance(count, (int, float)) and not isinstance(count, bool) and count >= 0 else None
+    if task_type is None and count is None and dtype is None:
+        return None
+    return share(task_type), count, share(dtype)
+
+
+def _bytes(count, dtype):
+    size = _DTYPE_BYTES.get(str(dtype).upper()) if dtype else None
+    return int(count * size) if count is not None and size else None
+
+
+def _collective_type(name: str) -> str:
+    """'hcom_allReduce__586_0_1' -> 'hcom_allReduce_' (kernel_details.csv's Type)."""
     base = name
-    if name.startswith("aclnn") and len(tail) == 2:
-        base = tail[1]
-    elif name.startswith("trans_"):
-        base = name.split("_")[1]
-    return base.rstrip("0123456789") or name
+    while True:
+        head, sep, tail = base.rpartition("_")
+        if sep and tail.isdigit() and head:
+            base = head
+        else:
+            return base
 
 
 def _steps_by_time(calls, windows, steps) -> None:
