@@ -139,7 +139,7 @@ def test_script_that_trains_nothing_has_no_score_and_fails(tmp_path):
 
 def test_timeout_inside_first_step_keeps_what_it_captured(tmp_path):
     proc = run_opscope("scan", SCRIPTS / "slow_first_step.py", "--steps", "3", "--out", tmp_path, "--quiet",
-                       "--format", "", "--timeout", "6")
+                       "--format", "", "--timeout", "20")
     assert proc.returncode == 4, proc.stderr[-3000:]
     scan_json = load_scan(tmp_path)
     assert scan_json["summary"]["readiness_score"] is None
