@@ -10,12 +10,12 @@ from opscope import capture  # noqa: E402,F401  (light: no torch import until ca
 
 
 def load(run_dir):
-    """A scan's run folder as DataFrames: ``opscope.load("runs/cnn").operators`` (see ``opscope.api``)."""
-    from opscope.api import load as _load
+    """A scan's run folder as DataFrames: ``opscope.load("runs/cnn").operators`` (see ``opscope.dataframes``)."""
+    from opscope.dataframes import load as _load
     return _load(run_dir)
 
 
 def load_diff(a, b, **options):
-    """``opscope diff A B`` as DataFrames (see ``opscope.api.Diff``)."""
-    from opscope.api import load_diff as _load_diff
+    """``opscope diff A B`` as DataFrames (see ``opscope.dataframes.Diff``)."""
+    from opscope.dataframes import load_diff as _load_diff
     return _load_diff(a, b, **options)

@@ -1,182 +1,78 @@
-"""Analyse runs in a notebook: ``opscope.load(run_dir)`` and ``opscope.load_diff(a, b)``.
+"""In-process capture for users who prefer to edit their script (seed 000's ``use_prof``)::
 
-Like HolisticTraceAnalysis or TraceLens, the result is tables you can group, filter and
-plot; here they are pandas DataFrames built from scan.json (the same rows every report
-shows).  pandas is imported only when a table is first asked for, so ``import opscope``
-stays light::
+    import opscope
+    with opscope.capture(out="runs/x", steps=5) as cap:
+        for batch in loader:
+            train_step(batch)
+            cap.step()
 
-    run = opscope.load("runs/cnn")
-    run.operators.groupby("verdict")["steady_time_us"].sum()
-    run.fixes.head()
+Produces the same ``scan.json``/``operators.csv``/traces/reports as ``opscope scan``.
+Nothing is remapped: the code runs on whatever device it asks for.
 """
 from __future__ import annotations
 
-from functools import cached_property
+import datetime as _dt
+import sys
+import time
 from pathlib import Path
 
-
-def _frame(rows: list[dict], columns: list[str]):
-    import pandas as pd  # lazily: 0.5-1 s of import only for those who use the tables
-    return pd.DataFrame(rows, columns=columns)
+from opscope.capture.runner import ChildOutcome
+from opscope.capture.session import CaptureSession
 
 
-OPERATOR_COLUMNS = ["name", "overload", "qualified_name", "verdict", "phase", "calls", "input_shapes", "dtypes",
-                    "self_time_us", "total_time_us", "device_time_us", "steady_time_us", "time_us", "time_share",
-                    "source", "parent", "top_level", "on_device", "dynamic", "evidence", "evidence_detail",
-                    "substitute"]
+class capture:
+    """Context manager; ``step()`` marks the end of a training step."""
 
+    def __init__(self, out: str | Path = "opscope-out", steps: int = 5, step_marker: str = "manual",
+                 target: str | None = None, formats: tuple = ("html", "xlsx"), warmup: int = 0,
+                 export_traces: bool = True, static_scan: bool = True):
+        self.out = Path(out)
+        self.steps = steps
+        self.target = target
+        self.formats = formats
+        self.settings = {"steps": steps, "warmup": warmup, "step_marker": step_marker, "timeout": None,
+                         "target": target, "requested_device": "in-process", "remap": False}
+        self.static_scan = static_scan
+        script = sys.modules["__main__"].__dict__.get("__file__") or sys.argv[0] or "<interactive>"
+        self.script = str(Path(script).resolve()) if script != "<interactive>" else script
+        root = str(Path(self.script).parent) if self.script != "<interactive>" else None
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.session = CaptureSession(self.out, steps=steps, step_marker=step_marker, user_root=root,
+                                      remap=False, export_traces=export_traces, raise_when_done=False)
+        self.result = None
 
-class Run:
-    """One `opscope scan` run folder (or scan.json) as DataFrames.
+    def __enter__(self) -> "capture":
+        self._t0 = time.perf_counter()
+        self._started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        for stale in ("steps.jsonl", "runtime.json"):
+            (self.out / "capture" / stale).unlink(missing_ok=True)
+        self.session.start()
+        return self
 
-    ``operators`` (one row per operator signature), ``findings`` (CUDA-only APIs),
-    ``dynamic_shapes`` (operators whose shapes changed), ``root_causes`` (the lines that
-    make them change), ``steps`` (one row per captured step), ``fixes`` (the ranked
-    "what to change" list of the reports) and ``verification`` (after `opscope verify`).
-    ``result`` is the underlying ``ScanResult``; ``summary`` and ``score`` its summary.
-    """
-
-    def __init__(self, result, path: Path | None = None):
-        self.result = result
-        self.path = path
-
-    def __repr__(self) -> str:
-        where = f" {self.path}" if self.path else ""
-        return (f"<opscope.Run{where}: {len(self.result.operators)} operator signatures, "
-                f"{len(self.result.steps)} steps, score {self.score}>")
-
-    @property
-    def summary(self) -> dict:
-        return dict(self.result.summary or {})
-
-    @property
-    def score(self):
-        return self.summary.get("readiness_score")
-
-    @cached_property
-    def operators(self):
-        from opscope.report import view
-        total = view.total_time_us(self.result) or 0.0
-        rows = []
-        for op in self.result.operators:
-            t = view.op_time_us(op)
-            rows.append({
-                "name": op.name, "overload": op.overload, "qualified_name": op.qualified_name,
-                "verdict": view.verdict_of(op), "phase": op.phase, "calls": int(op.calls or 0),
-                "input_shapes": view.fmt_shapes(op.input_shapes), "dtypes": view.fmt_dtypes(op.dtypes),
-                "self_time_us": float(op.self_time_us or 0.0), "total_time_us": float(op.total_time_us or 0.0),
-                "device_time_us": float(op.device_time_us or 0.0),
-                "steady_time_us": float(op.steady_time_us) if op.steady_time_us is not None else float("nan"),
-                "time_us": t, "time_share": t / total if total else 0.0, "source": op.source,
-                "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
-                "dynamic": bool(op.dynamic), "evidence": view.fmt_evidence_short(op.evidence, op.verdict),
-                "evidence_detail": view.fmt_evidence(op.evidence), "substitute": view.fmt_substitute(op.substitute)})
-        return _frame(rows, OPERATOR_COLUMNS)
-
-    @cached_property
-    def findings(self):
-        columns = ["severity", "file", "line", "column", "rule", "api", "replacement", "origin", "count",
-                   "remapped_to", "message", "snippet"]
-        return _frame([{k: f.to_dict().get(k) for k in columns} for f in self.result.findings], columns)
-
-    @cached_property
-    def dynamic_shapes(self):
-        from opscope.report import view
-        columns = ["op", "source", "cause", "varying_dims", "root_cause", "suggestion", "steps"]
-        rows = [{"op": d.op, "source": d.source, "cause": d.cause, "varying_dims": view.fmt_dims(d.varying_dims),
-                 "root_cause": d.root_cause, "suggestion": d.suggestion,
-                 "steps": len(d.shapes_per_step or {})} for d in self.result.dynamic_shapes]
-        return _frame(rows, columns)
-
-    @cached_property
-    def root_causes(self):
-        from opscope.report import view
-        columns = ["source", "kind", "cause", "varying_dims", "ops", "suggestion"]
-        rows = [{"source": rc.source, "kind": rc.kind, "cause": rc.cause, "varying_dims": view.fmt_dims(rc.varying_dims),
-                 "ops": len(rc.ops or []), "suggestion": rc.suggestion} for rc in self.result.root_causes]
-        return _frame(rows, columns)
-
-    @cached_property
-    def steps(self):
-        rows = []
-        for s in self.result.steps:
-            row = s.to_dict() if hasattr(s, "to_dict") else dict(vars(s))
-            for phase, us in (row.pop("phase_time_us", None) or {}).items():  # one column per phase
-                row[f"{phase}_us"] = us
-            rows.append(row)
-        columns = list(dict.fromkeys(k for row in rows for k in row)) or ["index", "duration_us"]
-        return _frame(rows, columns)
-
-    @cached_property
-    def fixes(self):
-        from opscope.report import view
-        columns = ["kind", "severity", "what", "where", "time_share", "change", "why", "operators"]
-        rows = [{"kind": f.kind, "severity": f.severity, "what": f.what, "where": f.where, "time_share": f.share,
-                 "change": f.fix, "why": f.detail, "operators": ", ".join(f.ops)}
-                for f in view.top_fixes(self.result, limit=None)]
-        return _frame(rows, columns)
-
-    @cached_property
-    def verification(self):
-        from opscope.report import view
-        columns = ["op", "overload", "shapes", "dtypes", "outcome", "cosine", "max_abs_err", "max_rel_err",
-                   "standard", "message", "predicted_verdict", "disagreement"]
-        rows = [dict(vars(r)) for r in view.verification_rows(self.result.verification)]
-        return _frame(rows, columns)
-
-
-class Diff:
-    """``opscope diff A B`` as DataFrames: ``operators`` (one row per paired signature, biggest
-    regression first), ``only_a`` / ``only_b``, ``inserted``, ``fallbacks``; ``result`` is the DiffResult."""
-
-    def __init__(self, result):
-        self.result = result
-
-    def __repr__(self) -> str:
-        return (f"<opscope.Diff {self.result.a.get('label')} vs {self.result.b.get('label')}: "
-                f"{len(self.result.operators)} signatures>")
-
-    @cached_property
-    def operators(self):
-        rows = [dict(vars(r)) for r in self.result.operators]
-        columns = list(dict.fromkeys(k for row in rows for k in row)) or ["name", "phase", "status", "delta_us"]
-        for row in rows:
-            for key, value in row.items():
-                if isinstance(value, (list, tuple, dict)):
-                    row[key] = str(value) if not isinstance(value, list) else "; ".join(map(str, value))
-        return _frame(rows, columns)
-
-    def _items(self, items):
-        rows = [dict(i) for i in items]
-        return _frame(rows, list(dict.fromkeys(k for row in rows for k in row)))
+    def step(self) -> None:
+        """End the current step (no-op once ``steps`` steps are captured)."""
+        self.session.step()
 
     @property
-    def only_a(self):
-        return self._items(self.result.only_a)
+    def done(self) -> bool:
+        return self.session.done
 
-    @property
-    def only_b(self):
-        return self._items(self.result.only_b)
-
-    @property
-    def inserted(self):
-        return self._items(self.result.inserted)
-
-    @property
-    def fallbacks(self):
-        return self._items(self.result.fallbacks)
-
-
-def load(run_dir) -> Run:
-    """A run folder written by `opscope scan` (or its scan.json) as a ``Run`` of DataFrames."""
-    from opscope.report.json_out import read_scan_json
-    path = Path(run_dir)
-    return Run(read_scan_json(path), path)
-
-
-def load_diff(a, b, **options) -> Diff:
-    """Compare two profiles as `opscope diff A B` does (opscope run folders, Chrome traces, profiler
-    text tables, Ascend folders); ``options`` are diff_profiles' (label_a, label_b, warmup, batch_size, ...)."""
-    from opscope.analysis.diff import diff_profiles
-    from opscope.parsers import load_profiles
-    return Diff(diff_profiles(load_profiles(a), load_profiles(b), **options))
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.session.finish()
+        if exc is None:
+            outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)
+        else:
+            outcome = ChildOutcome("exception", 1, f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
+        from opscope.capture.runner import resolve_device
+        from opscope.pipeline import analyse_capture
+        device = "cpu"
+        try:
+            device = resolve_device("auto")
+        except Exception:
+            pass
+        self.result = analyse_capture(
+            self.out, formats=list(self.formats), script=self.script, argv=sys.argv[1:], device=device,
+            settings=self.settings, outcome=outcome, started_at=self._started,
+            duration_s=time.perf_counter() - self._t0,
+            static_paths=[] if self.static_scan and self.script != "<interactive>" else None, target=self.target)
+        return False

@@ -13,7 +13,7 @@ import re
 import sys
 
 from opscope import __version__, commands
-from opscope.errors import EXIT_INTERNAL, UserError
+from opscope.errors import EXIT_INTERNAL, UserError, one_line
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"opscope: error: {exc}", file=sys.stderr)
+        print(f"opscope: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("opscope: interrupted", file=sys.stderr)

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from opscope.capture.inprocess import capture as opscope_capture
+from opscope.api import capture as opscope_capture
 from opscope.analysis.verdicts import assign_verdicts, describe_readiness, readiness_summary, resolve_target
 from opscope.errors import UserError
 from opscope.model import VERDICTS, Finding, Operator, RootCause, ScanResult

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import yaml
 
 from opscope.matrix.judge import GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_line
-from opscope.knowledge import backend_private_patterns, is_backend_private
+from opscope.knowledge import is_backend_private
 from opscope.matrix.torch_schema import load_torch_schema
 from opscope.resources import support_matrix_dir
 
@@ -35,13 +34,8 @@ BAD = ("cpu-fallback", "unsupported", "unknown")
 
 @lru_cache(maxsize=None)
 def _data(name: str) -> dict:
-    path = support_matrix_dir() / name
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}) if path.is_file() else {}
-
-
-def private_patterns() -> list[str]:
-    return backend_private_patterns()
+    from opscope.knowledge import load
+    return load(name) if (support_matrix_dir() / name).is_file() else {}
 
 
 def resolve_target(target: str | None) -> str:

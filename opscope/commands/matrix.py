@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from opscope.commands._args import non_empty
 from opscope.errors import UserError
 
 
@@ -30,8 +31,8 @@ def register(sub) -> None:
                            description="Print, for every release line in the matrix, how an operator runs on "
                                        "the NPU and why.  OP is e.g. aten::gelu, gelu, gelu.out or "
                                        "torch_npu's npu::npu_rms_norm.")
-    s.add_argument("op", help="operator, e.g. aten::gelu or aten::add.Tensor")
-    s.add_argument("--target", help="only this torch_npu version")
+    s.add_argument("op", type=non_empty, help="operator, e.g. aten::gelu or aten::add.Tensor")
+    s.add_argument("--target", type=non_empty, help="only this torch_npu version")
     s.add_argument("--json", action="store_true", help="print the evidence as JSON")
     s.add_argument("-o", "--out", metavar="FILE", help="also write the evidence as JSON to FILE")
     s.add_argument("-q", "--quiet", action="store_true", help="print nothing (with -o: only write the file)")

@@ -21,12 +21,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from opscope.atomic import ensure_out_dir
     from opscope.report.json_out import read_scan_json
     from opscope.report.render import write_reports
     result = read_scan_json(Path(args.run_dir))
     run_dir = Path(args.run_dir)
     out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
-    for path in write_reports(result, out_dir, args.format):
+    ensure_out_dir(out_dir, "--out" if args.out else "the run folder")
+    for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
         if not args.quiet:
             print(path)
     return 0

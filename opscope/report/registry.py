@@ -122,7 +122,7 @@ def add_format_option(parser: argparse.ArgumentParser, kind: str, default: str, 
 
 
 def write(kind: str, result, out_dir: Path, formats) -> list[Path]:
-    """Write each format into ``out_dir``; returns the paths written, in order."""
+    """Write each format into ``out_dir`` (each atomically); returns the paths written, in order."""
     import logging
     import time
     log = logging.getLogger("opscope.report")
@@ -130,9 +130,15 @@ def write(kind: str, result, out_dir: Path, formats) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     known = reporters(kind)
     written = []
+    from opscope.atomic import write_failed, write_via_temp
     for name in formats:
         if name in known:
             started = time.perf_counter()
-            written.append(known[name].write(result, out_dir / known[name].file_name))
-            log.info("wrote %s (%s reporter, %.2f s)", written[-1], name, time.perf_counter() - started)
+            reporter, path = known[name], out_dir / known[name].file_name
+            try:  # atomically: a reader never sees half a report, a link at the path is replaced
+                write_via_temp(path, lambda tmp, reporter=reporter: reporter.write(result, tmp))
+            except OSError as exc:
+                raise write_failed(path, exc) from None
+            written.append(path)
+            log.info("wrote %s (%s reporter, %.2f s)", path, name, time.perf_counter() - started)
     return written

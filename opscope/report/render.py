@@ -6,7 +6,6 @@ themselves live in the reporter registry (``opscope.report.registry``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from opscope.model import ScanResult
@@ -30,17 +29,12 @@ def parse_formats(text: str) -> tuple[str, ...]:
 
 
 def _write_json(result: ScanResult, path: Path) -> Path:
-    try:
-        from opscope.report.json_out import write_scan_json
-    except ImportError:  # the scan owner's writer is not there: same content, plain json
-        path.write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
-        return path
-    write_scan_json(result, path)
-    return path
+    from opscope.report.json_out import write_scan_json
+    return write_scan_json(result, path)
 
 
 def write_reports(result: ScanResult, run_dir: Path, formats=("html", "xlsx")) -> list[Path]:
-    """Write each format into ``run_dir`` and return the paths written, in order."""
+    """Write each format into ``run_dir`` (each atomically) and return the paths written, in order."""
     if isinstance(formats, str):
         formats = parse_formats(formats)
     for fmt in formats:
