@@ -69,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"opscope: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except SystemExit as exc:  # argparse: --help, --version, or a usage error (exit 2)
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     _logging(getattr(args, "verbose", 0))
     if rest:
         if not hasattr(args, "script_args"):

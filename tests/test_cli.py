@@ -8,6 +8,13 @@ from pathlib import Path
 import pytest
 
 from opscope.cli import build_parser, main
+
+
+def usage_error(argv) -> int:
+    """argparse's exit code for a command line (usage errors exit 2 before any work)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    return info.value.code
 from opscope.commands._common import leaf_parsers
 from opscope.report import registry
 from opscope.report.render import write_reports
@@ -40,7 +47,7 @@ def test_old_output_spelling_is_a_hidden_alias(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", [["report", "RUN"], ["diff", "A", "B"], ["scan", "x.py"]])
 def test_format_rejects_unknown_ones_with_the_valid_list(command, capsys):
-    assert main(command + ["--format", "html,pdf"]) == 2
+    assert usage_error(command + ["--format", "html,pdf"]) == 2
     err = capsys.readouterr().err.strip()
     kind = "diff" if command[0] == "diff" else "scan"
     assert err.startswith("opscope: error: unknown --format pdf: choose from ")
@@ -49,7 +56,7 @@ def test_format_rejects_unknown_ones_with_the_valid_list(command, capsys):
 
 @pytest.mark.parametrize("command", [["scan", "x.py"], ["verify", "RUN"]])
 def test_device_is_checked_by_argparse(command, capsys):
-    assert main(command + ["--device", "tpu"]) == 2
+    assert usage_error(command + ["--device", "tpu"]) == 2
     assert "unknown --device 'tpu': choose from auto, cpu, cuda, npu" in capsys.readouterr().err
 
 
@@ -65,7 +72,7 @@ class DummyReporter:
 def test_a_new_reporter_is_one_registration(tmp_path, capsys):
     run_dir = tmp_path / "run"
     write_reports(realistic_scan(), run_dir, ("json",))
-    assert main(["report", str(run_dir), "--format", "dummy"]) == 2  # not known yet
+    assert usage_error(["report", str(run_dir), "--format", "dummy"]) == 2  # not known yet
     registry.register(DummyReporter())
     try:
         assert "dummy" in registry.reporters("scan") and "dummy" not in registry.reporters("diff")
@@ -104,7 +111,7 @@ def test_project_config_sets_defaults_and_the_command_line_wins(tmp_path, monkey
     assert parser.parse_args(["report", "RUN"]).format == ("md",)  # the command's own table wins
 
     (sub / ".opscope.toml").write_text('format = "html,pdf"\n')  # nearer, and checked like the option
-    assert main(["report", "RUN"]) == 2
+    assert usage_error(["report", "RUN"]) == 2
     assert "unknown --format pdf" in capsys.readouterr().err
 
 

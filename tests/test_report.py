@@ -131,7 +131,9 @@ def test_report_command_bad_input_is_one_line(tmp_path, capsys, content, message
 
 
 def test_report_command_rejects_unknown_format(tmp_path, capsys):
-    assert main(["report", str(tmp_path), "--format", "pdf"]) == 2
+    with pytest.raises(SystemExit) as info:  # argparse rejects it before anything is read
+        main(["report", str(tmp_path), "--format", "pdf"])
+    assert info.value.code == 2
     assert "--format" in capsys.readouterr().err
 
 
