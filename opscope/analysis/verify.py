@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
+# measured: --device cpu, the CPU's own numerics against float64, nothing judged
+OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 SUPPORTED_VERDICTS = ("native", "composite", "cpu-fallback")
 
@@ -229,7 +230,7 @@ def summarise(rows: list[dict]) -> dict:
 
 def result_rows(verification: dict) -> list[dict]:
     """Flat rows for tables (terminal, HTML, XLSX): one per signature, worst first."""
-    order = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}
+    order = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}
     rows = []
     for r in (verification or {}).get("results", []):
         m = r.get("metrics") or {}

@@ -295,11 +295,12 @@ def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
 
 # ------------------------------------------------------------------ verification (opscope verify)
 
-OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
-OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}  # worst first, as result_rows
+OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
+OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first, as result_rows
 OUTCOME_COLOURS = {"pass": "#2e7d32", "warn": "#f9a825", "fail": "#c62828", "error": "#c62828",
-                   "skipped": "#757575"}
-OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "skipped": "E0E0E0"}
+                   "measured": "#1565c0", "skipped": "#757575"}
+OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "measured": "BBDEFB",
+                 "skipped": "E0E0E0"}
 
 
 @dataclass
