@@ -29,13 +29,29 @@ def _substitute_options(data: dict | None = None) -> dict:
     return (data or {}).get("substitutes") or {}
 
 
-def _check_for(op, options: dict) -> tuple[dict, dict] | None:
-    """(option, check) of the substitute the scan suggested for this op, when it has a check."""
+def _check_for(op, options: dict) -> tuple[dict, dict | None] | None:
+    """(option, check) of the substitute suggested for this op (check None when it has none)."""
     suggested = (getattr(op, "substitute", None) or {}).get("replacement")
     for option in options.get(op.name, []):
-        if option.get("check") and (suggested is None or option["replacement"] == suggested):
-            return option, option["check"]
+        if suggested is not None and option["replacement"] != suggested:
+            continue
+        if option.get("check") or suggested is not None:
+            return option, option.get("check")
     return None
+
+
+def _unchecked(op, option: dict) -> dict:
+    """A suggested substitute that cannot be replayed here, and why (never silently left out)."""
+    requires = option.get("requires") or {}
+    if option.get("covered_by"):
+        why = f"covered by the check of {option['covered_by']} (its backward is compared there)"
+    elif requires.get("custom") or requires.get("contrib"):
+        why = ("needs torch_npu (" + ", ".join(requires.get("custom", []) + requires.get("contrib", []))
+               + "): it can only be proven on an NPU")
+    else:
+        why = "substitutes.yaml has no executable check for it"
+    return {"op": op.name, "overload": op.overload, "input_shapes": op.input_shapes, "dtypes": op.dtypes,
+            "replacement": option["replacement"], "check": None, "outcome": "skipped", "message": f"not checked: {why}"}
 
 
 def _named(call) -> dict:
@@ -151,5 +167,7 @@ def verify_substitutes(operators, device, source=None, standards: dict | None = 
         if key in seen:
             continue
         seen.add(key)
-        rows.append(verify_substitute(op, *found, device, source=source, standards=standards))
+        option, check = found
+        rows.append(verify_substitute(op, option, check, device, source=source, standards=standards) if check
+                    else _unchecked(op, option))
     return rows
