@@ -263,6 +263,9 @@ def test_planted_numeric_bug_is_caught_as_fail(cnn_run, monkeypatch):
     for row in verification["results"]:
         by_op.setdefault(row["op"], set()).add(row["outcome"])
     assert by_op["aten::addmm"] == {"fail"}
+    # named as msprobe names them: error for fail, pass for pass
+    assert {r["msprobe"] for r in verification["results"] if r["op"] == "aten::addmm"} == {"error"}
+    assert {r["msprobe"] for r in verification["results"] if r["op"] == "aten::mm"} == {"pass"}
     assert by_op["aten::mm"] == {"pass"} and by_op["aten::relu"] == {"pass"}
 
 
@@ -315,6 +318,7 @@ def test_huber_substitute_is_verified_equivalent_and_a_wrong_one_fails(tmp_path)
     row = subs[0]
     assert row["message"].startswith("verified equivalent on your shapes") and "max rel err" in row["message"]
     assert row["forward"]["standard"] == "benchmark" and row["backward"]["standard"] == "benchmark"
+    assert row["msprobe"] == "pass"
     assert row["input_shapes"][0] == [64, 1]  # the captured shapes, not made-up ones
     assert "verified equivalent" in proc.stderr
     assert verification["counts"]["pass"] == 0  # the op rows themselves are only measured on the CPU

@@ -155,6 +155,7 @@ class SignatureResult:
     predicted_verdict: str | None = None
     disagreement: str | None = None
     seconds: float = 0.0
+    msprobe: str | None = None        # the outcome as msprobe names it (pass / warning / error)
 
     def to_dict(self) -> dict:
         from opscope.model import _clean
@@ -172,6 +173,12 @@ def _cpu_refusal(op, exc) -> str:
         return ("recorded under autocast with mixed float dtypes (autocast casts before the kernel); "
                 "the ops it dispatches to are verified as their own signatures")
     return f"inputs not accepted by the CPU op either ({_one_line(exc)})"
+
+
+def msprobe_outcome(outcome: str, standards: dict) -> str | None:
+    """opscope's pass/warn/fail as msprobe names it (verify_standards.yaml ``outcomes``)."""
+    names = {v: k for k, v in (standards.get("outcomes") or {}).items() if k != "source"}
+    return names.get(outcome)
 
 
 CPU_SELF = ("on --device cpu the device and the reference are the same CPU computation: nothing to compare "
@@ -237,6 +244,7 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
         judged = judge_outputs(base, device_out, reference, oracle, standards)
         result.outcome, result.metrics, result.standard, result.message = (
             judged["outcome"], judged["metrics"], judged["standard"], judged["message"])
+        result.msprobe = msprobe_outcome(result.outcome, standards)
     except NotReplayable as why:
         result.outcome, result.message = "skipped", str(why)
     except Exception as exc:  # a bug in the replay itself must not stop the other signatures

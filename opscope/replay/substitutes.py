@@ -135,6 +135,8 @@ def verify_substitute(op, option: dict, check: dict, device, source=None, standa
         parts = [("forward", forward)] + ([("backward", backward)] if backward else [])
         rank = {"pass": 0, "warn": 1, "fail": 2}
         row["outcome"] = max((j["outcome"] for _, j in parts), key=lambda o: rank.get(o, 3))
+        from opscope.replay.run import msprobe_outcome
+        row["msprobe"] = msprobe_outcome(row["outcome"], standards)
         errs = ", ".join(f"{name} max rel err {j['metrics'].get('max_rel_err', 0):.3g}" for name, j in parts
                          if j["metrics"].get("max_rel_err") is not None)
         if row["outcome"] == "pass":

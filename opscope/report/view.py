@@ -286,6 +286,8 @@ def target_text(result: ScanResult) -> str:
     text = f"{target.get('package') or 'torch_npu'} {target.get('version') or NA}"
     if target.get("source"):
         text += f" ({target['source']})"
+    if target.get("torch_schema"):  # whose composite/structured facts judged decompositions
+        text += f", judged with {target['torch_schema']}"
     return text
 
 
