@@ -224,6 +224,15 @@ def test_thresholds_equal_installed_msprobe():
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         assert reg._get_standard_category("add", dtype, dtype) == CompareConst.BENCHMARK
     assert reg._get_standard_category("argmax", "torch.int64", torch.float32) == CompareConst.BINARY_CONSISTENCY
+    # the standards no float output reaches, complete too
+    ulp = STANDARDS["standards"]["ulp"]
+    assert SC.get_ulp_threshold(torch.float32) == (ulp["float32"]["mean_ulp_err"], ulp["float32"]["ulp_err_proportion"],
+                                                   ulp["float32"]["proportion_ratio"])
+    assert SC.get_ulp_threshold(torch.float16) == (None, ulp["float16"]["ulp_err_proportion"],
+                                                   ulp["float16"]["proportion_ratio"])
+    thousandth = STANDARDS["standards"]["thousandth"]
+    assert (thousandth["rel_err"], thousandth["pass_share"]) == (CompareConst.THOUSAND_RATIO_THRESHOLD,
+                                                                 CompareConst.THOUSANDTH_PASS_VALUE)
     # the cited lines are where those symbols are
     lines = inspect.getsource(standard_config).splitlines()
     for symbol, first in (("L1_API_LIST", 57), ("L2_API_LIST", 61), ("_small_value =", 66),
