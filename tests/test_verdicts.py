@@ -425,3 +425,20 @@ def test_matrix_versions_lists_every_release():
     assert rows["2.8.0"]["torch"] == "2.8.0" and rows["2.8.0.post5"]["newest_of_line"]
     assert not rows["2.8.0"]["newest_of_line"] and rows["2.8.0"]["aten_overloads"] > 1000
     assert rows["2.15"]["note"]  # op-plugin-only line, said so
+
+
+def test_scan_cli_targets_the_exact_release(tmp_path):
+    """`opscope scan --target 2.8.0` is torch_npu 2.8.0 (gelu registered itself), --target 2.8.0.post5 that
+    post-release (gelu through gelu.out); both judged with torch 2.8.0's facts."""
+    seen = {}
+    for target in ("2.8.0", "2.8.0.post5"):
+        out = tmp_path / target
+        proc = run_opscope("scan", EXAMPLES / "train_huber.py", "--steps", "2", "--out", out, "--target", target,
+                           "--format", "json")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        scan = load_scan(out)
+        assert scan["target"]["version"] == target and scan["target"]["torch"] == "2.8.0"
+        assert scan["target"]["torch_schema"] == "torch 2.8.0 native_functions.yaml"
+        seen[target] = {op["name"]: op["verdict"] for op in scan["operators"] if op["name"] == "aten::gelu"}
+        assert f"readiness for torch_npu {target}:" in proc.stdout
+    assert seen["2.8.0"] == {"aten::gelu": "native"} and seen["2.8.0.post5"] == {"aten::gelu": "composite"}
