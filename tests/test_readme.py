@@ -29,6 +29,7 @@ def _commands() -> list[str]:
 def _argv(command: str) -> list[str]:
     """'opscope scan SCRIPT [--steps N] [--device auto|cpu] -- ARGS' -> a concrete argv (first choice)."""
     words = []
+    command = re.sub(r"(?<=\S)\[(\S+?)\]", r"\1", command)  # op[.Tensor]: an optional suffix, kept
     for word in shlex.split(command.replace("[", " ").replace("]", " "))[1:]:
         word = word.split("|")[0] if "|" in word else word
         words.append(VALUES.get(word, word))

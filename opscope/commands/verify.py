@@ -81,6 +81,8 @@ def run(args) -> int:
     if args.run_dir:
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
+        subs = verification.get("substitute_counts") or {}
+        failed |= subs.get("fail", 0) > 0 or subs.get("error", 0) > 0  # a suggested substitute is not equivalent
         if not args.e2e and (scan.verification or {}).get("e2e"):
             verification["e2e"] = scan.verification["e2e"]  # keep an earlier e2e pass
     if args.e2e:

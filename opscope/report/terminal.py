@@ -7,7 +7,6 @@ is not cut at 80 columns.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from rich.console import Console
@@ -24,12 +23,10 @@ NARROW = 110      # below this many columns the fixes and top operators print as
 
 
 def make_console(stderr: bool = False, **kwargs) -> Console:
-    """A rich Console that wraps at the terminal's width, or at PIPE_WIDTH (not 80) when piped
-    (``COLUMNS`` still wins when set)."""
+    """A rich Console that wraps at the terminal's width, or at PIPE_WIDTH (not 80, whatever
+    ``COLUMNS`` says) when piped or redirected: logs and CI keep one table row per line."""
     stream = sys.stderr if stderr else sys.stdout
-    width = None
-    if not stream.isatty() and not os.environ.get("COLUMNS"):
-        width = PIPE_WIDTH
+    width = None if stream.isatty() else PIPE_WIDTH
     return Console(stderr=stderr, width=width, **kwargs)
 
 

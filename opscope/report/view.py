@@ -447,6 +447,8 @@ def target_text(result: ScanResult) -> str:
     text = f"{target.get('package') or 'torch_npu'} {target.get('version') or NA}"
     if target.get("source"):
         text += f" ({target['source']})"
+    if target.get("torch_schema"):  # whose composite/structured facts judged decompositions
+        text += f", judged with {target['torch_schema']}"
     return text
 
 
@@ -456,9 +458,10 @@ def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
 
 # ------------------------------------------------------------------ verification (opscope verify)
 
-OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
-OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}  # worst first, as result_rows
-OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "skipped": "E0E0E0"}
+OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
+OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first, as result_rows
+OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "measured": "BBDEFB",
+                 "skipped": "E0E0E0"}
 
 
 @dataclass
