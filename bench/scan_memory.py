@@ -6,8 +6,9 @@ Two comparisons, printed side by side with their ratios:
 - generate-in-loop: tests/data/scripts/char_gpt_sampling.py samples 300 tokens after every
   training iteration (a sampling callback inside the step).  Plain run of N iterations vs
   `opscope scan --steps N` of the same script and arguments.  Target: scan <= 2x plain.
-- long vs short scan: examples/train_cnn.py scanned for 20 and for 200 steps.  Capture memory
-  must not grow with the number of steps.  Target: 200 steps <= 1.2x 20 steps.
+- long vs short scan: examples/train_cnn.py (the same dataset size for both) scanned for 20
+  and for 200 steps.  Capture memory must not grow with the number of steps.  Target:
+  200 steps <= 1.2x 20 steps.
 Peak RSS is the largest process of each run (the scan's capture child included), read with
 getrusage(RUSAGE_CHILDREN) in a fresh wrapper per run.  Runs are interleaved; medians printed.
 """
@@ -53,8 +54,8 @@ def main() -> None:
             return [sys.executable, "-m", "opscope", "scan", script, "--steps", str(steps), "--out",
                     str(Path(tmp) / name), "--format", "", "--quiet", "--no-traces", "--", *script_args]
 
-        def cnn_args(steps):
-            return ["--epochs", "1", "--samples", str(32 * (steps + 2))]
+        def cnn_args(steps):   # the same data for both: only the number of captured steps differs
+            return ["--epochs", "1", "--samples", str(32 * (args.long_steps + 2))]
 
         runs = {
             "plain (generate-in-loop)": [sys.executable, gen, "--device", "cpu", *gen_args],
