@@ -166,7 +166,7 @@ def _check_types(spec: dict, where: str) -> None:
 
 def _finish(spec: dict) -> dict:
     spec = dict(spec)
-    spec["name"] = zoo.safe_name(str(spec.get("name") or f"{spec['kind']}-{spec['model']}"))
+    spec["name"] = zoo.safe_name(str(spec.get("name") or spec["model"]))
     spec.setdefault("script", None)
     spec.setdefault("script_text", None)
     spec.setdefault("cwd", None)
