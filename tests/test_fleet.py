@@ -1,0 +1,185 @@
+"""opscope fleet: manifests, the Ray and serial engines, resume, aggregation, zoo jobs (real small scans)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import load_scan, run_opscope
+
+DATA = Path(__file__).resolve().parent / "data" / "fleet"
+HAS_RAY = importlib.util.find_spec("ray") is not None
+HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (pip install 'opscope[fleet]')")
+needs_torchvision = pytest.mark.skipif(not HAS_TORCHVISION, reason="torchvision is not installed (opscope[fleet])")
+
+
+def _manifest(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _fleet(out: Path) -> dict:
+    return json.loads((out / "fleet.json").read_text(encoding="utf-8"))
+
+
+def _record(out: Path, name: str) -> dict:
+    return json.loads((out / "jobs" / name / "fleet-job.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("jobs: []\n", "non-empty `jobs:` list"),
+    ("jobs:\n  - script: missing.py\n", "script not found"),
+    ("jobs:\n  - script: {tiny}\n    torchvision: resnet18\n", "exactly one of"),
+    ("jobs:\n  - script: {tiny}\n    stepz: 3\n", "unknown key(s) stepz"),
+    ("jobs:\n  - script: {tiny}\n    steps: 0\n", "`steps` must be a positive integer"),
+    ("jobs: [\n", "not valid YAML"),
+])
+def test_bad_manifest_is_a_one_line_error(tmp_path, text, message):
+    manifest = _manifest(tmp_path, text.format(tiny=DATA / "tiny.py"))
+    proc = run_opscope("fleet", manifest, "--out", tmp_path / "out", "--engine", "serial", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "fleet.json").exists()
+
+
+def test_command_line_errors(tmp_path):
+    proc = run_opscope("fleet", "--out", tmp_path, timeout=60)
+    assert proc.returncode == 2 and "MANIFEST file or --zoo" in proc.stderr
+    proc = run_opscope("fleet", "--zoo", "transformers", "--out", tmp_path, "--targets", "9.9", timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_serial_fleet_kill_resume_and_upgrade_table(tmp_path):
+    """A job killed mid-run is recorded failed and the fleet completes; a re-run redoes only it; the
+    upgrade table names the operators that block a model on 2.1 and none on 2.14 (computed)."""
+    kill = tmp_path / "kill-now"
+    kill.write_text("")
+    manifest = _manifest(tmp_path, f"""
+defaults: {{steps: 2, timeout: 120}}
+jobs:
+  - script: {DATA / 'tiny.py'}
+    name: tiny
+    argv: ["--width", "6"]
+  - script: {DATA / 'tiny.py'}
+    name: killed
+    env: {{KILL_FILE: "{kill}"}}
+  - script: {DATA / 'newops.py'}
+""")
+    out = tmp_path / "fleet"
+    proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.1,2.8,2.14")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "killed" in proc.stderr.strip().splitlines()[-1]
+    doc = _fleet(out)
+    assert doc["schema"] == "opscope.fleet/1"
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert jobs["killed"]["status"] == "failed" and "SIGKILL" in jobs["killed"]["reason"]
+    assert jobs["tiny"]["status"] == "ok" and jobs["newops"]["status"] == "ok"
+    assert doc["summary"]["failed"] == ["killed"] and doc["summary"]["assessed"] == 2
+    # each model keeps its normal run folder
+    assert load_scan(out / "jobs" / "tiny")["argv"] == ["--width", "6"]
+    assert (out / "jobs" / "tiny" / "report.html").is_file()
+
+    # per-line verdicts agree with direct scans judged against those versions
+    by_op = {o["op"]: o for o in doc["operators"]}
+    for line, version in (("2.1", "2.1.0"), ("2.14", "2.14.0")):
+        direct = tmp_path / f"direct-{line}"
+        p = run_opscope("scan", DATA / "newops.py", "--steps", "2", "--out", direct, "--quiet", "--format", "",
+                        "--no-traces", "--target", version)
+        assert p.returncode == 0, p.stderr[-2000:]
+        blocking = {b["op"] for b in load_scan(direct)["summary"]["blocking_ops"]}
+        assert {op for op, o in by_op.items() if "newops" in o["per_line"][line]["models"]} == blocking
+    upgrade = next(u for u in doc["upgrades"] if u["from"] == "2.1")
+    fixed = {f["op"] for f in upgrade["operators_fixed"]}
+    assert {"aten::scatter_reduce", "aten::bitwise_left_shift"} <= fixed
+    for op in fixed:   # blocks at least one model on 2.1, none on 2.14
+        assert by_op[op]["per_line"]["2.1"]["blocks"] >= 1 and by_op[op]["per_line"]["2.14"]["blocks"] == 0
+    assert upgrade["unblocked_models"] == ["newops"]
+    models = {m["model"]: m for m in doc["models"]}
+    assert models["newops"]["per_line"]["2.1"]["ready"] is False and models["newops"]["per_line"]["2.14"]["ready"]
+    html = (out / "fleet.html").read_text(encoding="utf-8")
+    assert "aten::scatter_reduce" in html and "SIGKILL" in html and "<script src" not in html
+    from openpyxl import load_workbook
+    wb = load_workbook(out / "fleet.xlsx")
+    assert {"operators", "models", "upgrades", "dynamic shapes", "jobs"} <= set(wb.sheetnames)
+    assert "aten::scatter_reduce" in [c.value for c in wb["operators"]["A"]]
+
+    # re-run: the finished jobs are reused untouched, the failed one runs again
+    kill.unlink()
+    before = {n: _record(out, n)["finished_at"] for n in ("tiny", "newops")}
+    scan_mtime = (out / "jobs" / "tiny" / "scan.json").stat().st_mtime_ns
+    proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.1,2.8,2.14")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 already finished (reused), 1 to run" in " ".join(proc.stderr.split())
+    doc = _fleet(out)
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert all(j["status"] == "ok" for j in jobs.values())
+    assert jobs["tiny"]["reused"] and jobs["newops"]["reused"] and not jobs["killed"]["reused"]
+    assert {n: _record(out, n)["finished_at"] for n in before} == before
+    assert (out / "jobs" / "tiny" / "scan.json").stat().st_mtime_ns == scan_mtime
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if text in line and "ps -eo" not in line]
+
+
+@needs_ray
+def test_ray_fleet_survives_a_killed_worker_and_resumes(tmp_path):
+    """The Ray worker running a job is killed: that job is failed with the Ray reason, no process of it
+    is left, the other job completes; a re-run does not redo the finished job."""
+    script = tmp_path / "kill_worker_job.py"
+    script.write_text((DATA / "kill_worker.py").read_text(encoding="utf-8"), encoding="utf-8")
+    manifest = _manifest(tmp_path, f"""
+defaults: {{steps: 2, timeout: 120, num_cpus: 1}}
+jobs:
+  - script: {DATA / 'tiny.py'}
+    name: tiny
+  - script: {script}
+    name: worker-killed
+""")
+    out = tmp_path / "fleet"
+    proc = run_opscope("fleet", manifest, "--out", out, "--workers", "1", "--targets", "2.14", timeout=400)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    jobs = {j["name"]: j for j in _fleet(out)["jobs"]}
+    assert jobs["tiny"]["status"] == "ok"
+    assert jobs["worker-killed"]["status"] == "failed"
+    assert "Ray task failed" in jobs["worker-killed"]["reason"]
+    assert _processes_mentioning(str(script)) == []
+    finished = _record(out, "tiny")["finished_at"]
+    script.write_text((DATA / "tiny.py").read_text(encoding="utf-8"), encoding="utf-8")
+    proc = run_opscope("fleet", manifest, "--out", out, "--workers", "1", "--targets", "2.14", timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _record(out, "tiny")["finished_at"] == finished
+    assert {j["name"]: j["status"] for j in _fleet(out)["jobs"]} == {"tiny": "ok", "worker-killed": "ok"}
+
+
+def _verdicts(scan: dict) -> dict:
+    return {(o["name"], json.dumps(o["input_shapes"]), json.dumps(o["dtypes"]), o["phase"]): o["verdict"]
+            for o in scan["operators"]}
+
+
+@needs_ray
+@needs_torchvision
+def test_zoo_jobs_match_a_direct_scan_of_their_script(tmp_path):
+    out = tmp_path / "zoo"
+    proc = run_opscope("fleet", "--zoo", "torchvision", "--models", "resnet18,mobilenet_v3_small",
+                       "--image-size", "32", "--steps", "2", "--workers", "1", "--targets", "2.1,2.14",
+                       "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = _fleet(out)
+    assert sorted(m["model"] for m in doc["models"]) == ["mobilenet_v3_small", "resnet18"]
+    for name in ("resnet18", "mobilenet_v3_small"):
+        script = out / "scripts" / f"{name}.py"
+        assert f"get_model({name!r}" in script.read_text() or "NAME, SIZE" in script.read_text()
+        direct = tmp_path / f"direct-{name}"
+        p = run_opscope("scan", script, "--steps", "2", "--out", direct, "--quiet", "--format", "", "--no-traces")
+        assert p.returncode == 0, p.stderr[-2000:]
+        fleet_scan = load_scan(out / "jobs" / name)
+        assert fleet_scan["operators"], name
+        assert _verdicts(fleet_scan) == _verdicts(load_scan(direct))
