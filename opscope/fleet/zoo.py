@@ -224,6 +224,11 @@ def timm_script(model: str, batch: int = 2) -> str:
 # --------------------------------------------------------------------------- transformers
 
 _HF = '''
+import importlib.util
+
+if importlib.util.find_spec("torchvision"):     # transformers imports torchvision when it is installed
+    from opscope.fleet.tv_compat import import_torchvision
+    import_torchvision()
 import transformers
 
 MODEL_TYPE, OVERRIDES, HEAD, SEQ = {model_type!r}, json.loads({overrides!r}), {head!r}, {seq}
