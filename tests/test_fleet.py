@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_scan, run_opscope
+from conftest import has_cuda, load_scan, run_opscope
 
 DATA = Path(__file__).resolve().parent / "data" / "fleet"
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -183,3 +183,35 @@ def test_zoo_jobs_match_a_direct_scan_of_their_script(tmp_path):
         fleet_scan = load_scan(out / "jobs" / name)
         assert fleet_scan["operators"], name
         assert _verdicts(fleet_scan) == _verdicts(load_scan(direct))
+
+
+@pytest.mark.skipif(has_cuda(), reason="checks the CPU remap of torch.cuda.Event / Stream")
+def test_remapped_cuda_event_and_stream_are_classes(tmp_path):
+    """Libraries annotate with `torch.cuda.Stream | None` and isinstance-check events: the remap keeps classes."""
+    out = tmp_path / "run"
+    proc = run_opscope("scan", DATA / "cuda_timing.py", "--steps", "2", "--out", out, "--quiet", "--format", "",
+                       "--no-traces")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = {f["rule"] for f in load_scan(out)["findings"]}
+    assert {"cuda-event", "cuda-stream"} <= rules
+
+
+@pytest.mark.skipif(not (importlib.util.find_spec("timm") and importlib.util.find_spec("transformers")),
+                    reason="timm and transformers are optional zoos (not installed)")
+def test_timm_and_transformers_generated_jobs(tmp_path):
+    manifest = _manifest(tmp_path, """
+defaults: {steps: 2, timeout: 300}
+jobs:
+  - timm: resnet10t
+  - transformers: gpt2
+    config: {n_layer: 1, n_embd: 32, n_head: 2, vocab_size: 128, n_positions: 32}
+    seq: 16
+""")
+    out = tmp_path / "fleet"
+    proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.14", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = _fleet(out)
+    assert sorted(m["model"] for m in doc["models"]) == ["gpt2", "resnet10t"]
+    names = {o["name"] for o in load_scan(out / "jobs" / "gpt2")["operators"]}
+    assert "aten::embedding" in names and "aten::embedding_dense_backward" in names
+    assert any("conv" in o["name"] for o in load_scan(out / "jobs" / "resnet10t")["operators"])
