@@ -69,18 +69,24 @@ jobs:
   - script: {DATA / 'tiny.py'}
     name: killed
     env: {{KILL_FILE: "{kill}"}}
+  - script: {DATA / 'tiny.py'}
+    name: hung
+    timeout: 6
+    env: {{HANG_FILE: "{kill}"}}
   - script: {DATA / 'newops.py'}
 """)
     out = tmp_path / "fleet"
     proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.1,2.8,2.14")
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "killed" in proc.stderr.strip().splitlines()[-1]
+    assert "hung, killed" in proc.stderr.strip().splitlines()[-1]
     doc = _fleet(out)
     assert doc["schema"] == "opscope.fleet/1"
     jobs = {j["name"]: j for j in doc["jobs"]}
     assert jobs["killed"]["status"] == "failed" and "SIGKILL" in jobs["killed"]["reason"]
+    assert jobs["hung"]["status"] == "timeout" and "--timeout 6" in jobs["hung"]["reason"]
     assert jobs["tiny"]["status"] == "ok" and jobs["newops"]["status"] == "ok"
-    assert doc["summary"]["failed"] == ["killed"] and doc["summary"]["assessed"] == 2
+    assert doc["summary"]["failed"] == ["hung", "killed"] and doc["summary"]["assessed"] == 2
+    assert _processes_mentioning(str(kill)) == []
     # each model keeps its normal run folder
     assert load_scan(out / "jobs" / "tiny")["argv"] == ["--width", "6"]
     assert (out / "jobs" / "tiny" / "report.html").is_file()
@@ -113,13 +119,15 @@ jobs:
     kill.unlink()
     before = {n: _record(out, n)["finished_at"] for n in ("tiny", "newops")}
     scan_mtime = (out / "jobs" / "tiny" / "scan.json").stat().st_mtime_ns
-    proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.1,2.8,2.14")
+    proc = run_opscope("fleet", manifest, "--out", out, "--engine", "serial", "--targets", "2.1,2.8,2.14",
+                       "--timeout", "120")   # the command line overrides every job's timeout
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "2 already finished (reused), 1 to run" in " ".join(proc.stderr.split())
+    assert "2 already finished (reused), 2 to run" in " ".join(proc.stderr.split())
     doc = _fleet(out)
     jobs = {j["name"]: j for j in doc["jobs"]}
     assert all(j["status"] == "ok" for j in jobs.values())
     assert jobs["tiny"]["reused"] and jobs["newops"]["reused"] and not jobs["killed"]["reused"]
+    assert not jobs["hung"]["reused"]
     assert {n: _record(out, n)["finished_at"] for n in before} == before
     assert (out / "jobs" / "tiny" / "scan.json").stat().st_mtime_ns == scan_mtime
 
@@ -215,3 +223,20 @@ jobs:
     names = {o["name"] for o in load_scan(out / "jobs" / "gpt2")["operators"]}
     assert "aten::embedding" in names and "aten::embedding_dense_backward" in names
     assert any("conv" in o["name"] for o in load_scan(out / "jobs" / "resnet10t")["operators"])
+
+
+def test_remote_style_job_returns_its_run_folder(tmp_path):
+    """On a cluster without a shared file system a job runs in a temporary folder and ships its run back."""
+    from opscope.fleet import engine
+    from opscope.fleet.manifest import load_manifest
+
+    manifest = _manifest(tmp_path, f"jobs:\n  - script: {DATA / 'tiny.py'}\n    steps: 2\n    timeout: 120\n")
+    spec = load_manifest(manifest)[0]
+    record = engine.execute_job(spec, None, "html")
+    assert record["status"] == "ok", record
+    assert {"scan.json", "report.html", "scan.log"} <= set(record["files"])
+    run_dir = tmp_path / "out" / "jobs" / spec["name"]
+    engine.write_record(run_dir, record)
+    assert load_scan(run_dir)["complete"] is True
+    assert engine.read_record(run_dir)["fingerprint"] == spec["fingerprint"]
+    assert "files" not in engine.read_record(run_dir)

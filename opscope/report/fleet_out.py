@@ -45,7 +45,28 @@ def render_fleet_html(doc: dict) -> str:
     from markupsafe import Markup
 
     css = Markup((templates_dir() / "report.css").read_text(encoding="utf-8"))
-    return _environment().get_template(TEMPLATE).render(f=doc, s=doc["summary"], css=css)
+    shown = shown_lines(doc)
+    upgrades = [u for u in doc["upgrades"] if u["unblocked_models"] or u["operators_fixed"]
+                or u["newly_blocked_models"] or u["operators_newly_blocking"]]
+    return _environment().get_template(TEMPLATE).render(f=doc, s=doc["summary"], css=css, shown=shown,
+                                                        folded=[l for l in doc["lines"] if l not in shown],
+                                                        upgrades=upgrades)
+
+
+def shown_lines(doc: dict) -> list[str]:
+    """The versions worth a column: the oldest, each where some model or operator changes, the newest."""
+    lines = doc["lines"]
+
+    def state(line):
+        return (tuple((m["model"], (m["per_line"].get(line) or {}).get("score"),
+                       (m["per_line"].get(line) or {}).get("ready")) for m in doc["models"]),
+                tuple((o["op"], o["per_line"][line]["blocks"]) for o in doc["operators"]))
+
+    shown = [lines[0]] if lines else []
+    for prev, line in zip(lines, lines[1:]):
+        if state(line) != state(prev) or line == lines[-1]:
+            shown.append(line)
+    return shown
 
 
 def write_fleet_html(doc: dict, path: Path) -> Path:
