@@ -6,14 +6,17 @@ Runs `opscope fleet --zoo torchvision --models M1..M8 --force` three times (``--
 ``--workers 1``, ``--workers 2``), prints each wall time and its ratio to the sequential run,
 measures Ray's own cost per task (an empty task round trip and the local cluster's start),
 and from those a paper estimate for a large zoo on a cluster:
-``per-model cost x models / workers + Ray overhead per task x models / workers + start-up``.
+``ceil(models / workers) x (per-model cost + Ray overhead per task) + cluster start``.
+``--repeat N`` interleaves the three runs N times and reports medians (the machine is shared).
 Never part of the test suite (it takes minutes).  Needs Ray and torchvision (opscope[fleet]).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,25 +71,34 @@ def main() -> None:
     p.add_argument("--zoo-size", type=int, default=500)
     p.add_argument("--nodes", type=int, default=16)
     p.add_argument("--cores-per-node", type=int, default=16)
+    p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     print(f"{len(MODELS)} torchvision models, {args.steps} steps, {args.image_size}px, {os.cpu_count()} cores:")
+    modes = {"sequential": ["--engine", "serial"], "ray 1 worker": ["--workers", "1"],
+             "ray 2 workers": ["--workers", "2"]}
+    walls: dict = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        serial = fleet(Path(tmp) / "serial", args.steps, args.image_size, ["--engine", "serial"])
-        ray1 = fleet(Path(tmp) / "ray1", args.steps, args.image_size, ["--workers", "1"])
-        ray2 = fleet(Path(tmp) / "ray2", args.steps, args.image_size, ["--workers", "2"])
+        for r in range(args.repeat):
+            for mode, extra in modes.items():
+                walls[mode].append(fleet(Path(tmp) / f"{mode}-{r}".replace(" ", "_"), args.steps,
+                                         args.image_size, extra))
+    med = {m: statistics.median(v) for m, v in walls.items()}
+    serial, ray1, ray2 = med["sequential"], med["ray 1 worker"], med["ray 2 workers"]
+    print(f"medians: sequential {serial:.1f} s, Ray 1 worker {ray1:.1f} s, Ray 2 workers {ray2:.1f} s")
     print(f"ratios to sequential: Ray 1 worker {ray1 / serial:.2f}x, Ray 2 workers {ray2 / serial:.2f}x "
           f"(speed-up {serial / ray2:.2f}x)")
     start, per_task = ray_overhead()
     per_model = serial / len(MODELS)
     workers = args.nodes * args.cores_per_node
-    estimate = per_model * args.zoo_size / workers + per_task * args.zoo_size / workers + start
-    print(f"Ray: local cluster start {start:.1f} s, {1000 * per_task:.1f} ms per empty task round trip")
+    waves = math.ceil(args.zoo_size / workers)
+    estimate = waves * (per_model + per_task) + start
+    print(f"Ray: local cluster start {start:.1f} s, {1000 * per_task:.1f} ms per empty task round trip; "
+          f"Ray 1 worker vs sequential: {(ray1 - serial) / len(MODELS):+.1f} s per job")
     print(f"paper estimate, {args.zoo_size} models on {args.nodes} nodes x {args.cores_per_node} cores "
-          f"({workers} one-CPU jobs at once): {per_model:.1f} s/model x {args.zoo_size} / {workers} "
-          f"+ {1000 * per_task:.1f} ms x {args.zoo_size} / {workers} + {start:.1f} s start = "
-          f"{estimate / 60:.1f} min")
-
+          f"({workers} one-CPU jobs at once): ceil({args.zoo_size}/{workers}) = {waves} wave(s) x "
+          f"({per_model:.1f} s/model + {1000 * per_task:.1f} ms Ray) + {start:.1f} s start = {estimate / 60:.1f} min "
+          "(for models as small as these; scale the per-model cost for bigger ones)")
 
 if __name__ == "__main__":
     main()
