@@ -240,3 +240,20 @@ def test_remote_style_job_returns_its_run_folder(tmp_path):
     assert load_scan(run_dir)["complete"] is True
     assert engine.read_record(run_dir)["fingerprint"] == spec["fingerprint"]
     assert "files" not in engine.read_record(run_dir)
+
+
+@needs_torchvision
+def test_zoo_torchvision_lists_every_builder_without_a_manifest(tmp_path):
+    proc = run_opscope("fleet", "--zoo", "torchvision", "--dry-run", "--out", tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+    from opscope.fleet.tv_compat import import_torchvision
+    models = import_torchvision().models
+    expected = set(models.list_models(module=models)) | set(models.list_models(module=models.detection)) \
+        | set(models.list_models(module=models.segmentation))
+    assert set(rows) == expected
+    for name, task in (("resnet18", "classification"), ("vit_b_16", "classification"),
+                       ("deeplabv3_mobilenet_v3_large", "segmentation"),
+                       ("fasterrcnn_mobilenet_v3_large_320_fpn", "detection")):
+        assert rows[name].startswith(f"torchvision {name} ({task})")
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())

@@ -38,6 +38,7 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="re-run every job, even those that finished")
     p.add_argument("--format", default="html,xlsx", help="fleet reports besides fleet.json (html,xlsx)")
     p.add_argument("--job-format", default="html,xlsx", help="reports of each job's scan (default html,xlsx)")
+    p.add_argument("--dry-run", action="store_true", help="list the jobs (and which would be reused), run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run)
 
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         jobs = zoo_jobs(args.zoo, models, overrides)
     else:
         jobs = load_manifest(Path(args.manifest), overrides)
+    if args.dry_run:
+        return _dry_run(jobs, Path(args.out), args.force)
     if args.engine == "ray" and not engine.ray_available():
         raise UserError("the Ray engine needs Ray: pip install 'opscope[fleet]' (or run the jobs one by one here "
                         "with --engine serial)")
@@ -106,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
             "a local Ray cluster" if args.engine == "ray" else "this machine, one after the other")
         console.print(f"opscope fleet: {len(jobs)} job(s), {len(reused)} already finished (reused), "
                       f"{len(todo)} to run on {where}; results stream into {out / 'jobs'}/")
-    records = _run_with_progress(todo, out, args, job_formats, console)
+    restore = _stop_on_sigterm()
+    try:
+        records = _run_with_progress(todo, out, args, job_formats, console)
+    finally:
+        restore()
     all_records = reused + records
     results = _load_results(out, all_records)
     from opscope.analysis.fleet import aggregate_fleet
@@ -131,6 +138,36 @@ def run(args: argparse.Namespace) -> int:
                         f"{' ...' if len(failed) > 10 else ''} (reasons in {out / 'fleet.json'}; re-run the same "
                         "command to retry only those)", EXIT_SCRIPT_FAILED)
     return 0
+
+
+def _dry_run(jobs: list[dict], out: Path, force: bool) -> int:
+    from opscope.fleet import engine
+
+    for spec in jobs:
+        old = engine.read_record(out / "jobs" / spec["name"])
+        reuse = (not force and old and old.get("status") == "ok" and old.get("fingerprint") == spec["fingerprint"])
+        what = spec.get("script") if spec["kind"] == "script" else f"{spec['kind']} {spec['model']}"
+        extra = f" ({spec['task']})" if spec.get("task") else ""
+        print(f"{spec['name']}\t{what}{extra}\t{'reuse' if reuse else 'run'}")
+    print(f"{len(jobs)} job(s)")
+    return 0
+
+
+def _stop_on_sigterm():
+    """SIGTERM stops the fleet like Ctrl-C: running jobs are cancelled (their scans stop their scripts),
+    finished ones stay recorded for a re-run; exit 143."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum, frame):
+        raise UserError("stopped by SIGTERM; the finished jobs are kept in --out, re-run the same command to "
+                        "resume", 143)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _run_with_progress(todo, out, args, job_formats, console) -> list[dict]:

@@ -42,9 +42,10 @@ KIND_KEYS = ("script", "torchvision", "timm", "transformers")
 
 
 def fingerprint(spec: dict) -> str:
-    """What makes a job's result reusable on a re-run: everything but the resources."""
-    keep = {k: spec.get(k) for k in ("kind", "model", "script", "script_text", "argv", "env", "steps", "target",
-                                      "cwd")}
+    """What makes a job's result reusable on a re-run: everything but the resources and the timeout
+    (a script job's file content included, so editing the script runs it again)."""
+    keep = {k: spec.get(k) for k in ("kind", "model", "script", "script_sha", "script_text", "argv", "env", "steps",
+                                      "target", "cwd")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -90,6 +91,7 @@ def expand_job(entry: dict, base: Path, where: str, overrides: dict | None = Non
         if not script.is_file():
             raise UserError(f"{where}: script not found: {script}")
         spec.update(kind="script", script=str(script), model=spec.get("name") or script.stem,
+                    script_sha=hashlib.sha256(script.read_bytes()).hexdigest()[:16],
                     cwd=str((base / str(spec.get("cwd") or ".")).resolve()))
         spec.setdefault("name", script.stem)
         return [_finish(spec)]
