@@ -119,6 +119,11 @@ def execute_job(spec: dict, out_dir: str | None, job_formats: str = "html,xlsx")
 def _run_scan(spec: dict, script: str, run_dir: Path, job_formats: str) -> tuple[int, str]:
     env = dict(os.environ)
     env.update(spec.get("env") or {})
+    # As Ray does for its tasks: a job gets as many math-library threads as CPUs it reserved (unless
+    # its environment says otherwise), so the serial engine and Ray measure the same thing.
+    threads = str(max(1, int(float(spec.get("num_cpus") or 1))))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, threads)
     cmd = scan_command(spec, script, run_dir, job_formats)
     run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile() as log:
