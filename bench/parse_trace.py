@@ -60,7 +60,7 @@ def generate(path: Path, size_mb: float) -> None:
                     if phase == "backward":
                         out({"ph": "X", "cat": "cpu_op", "name": f"autograd::engine::evaluate_function: {op}Backward0",
                              "pid": 1, "tid": 2, "ts": start - 0.5, "dur": 60.0, "args": {"Sequence number": layer}})
-                    out({"ph": "X", "cat": "python_function", "name": f"torch/nn/modules/module.py(1527): _call_impl",
+                    out({"ph": "X", "cat": "python_function", "name": "torch/nn/modules/module.py(1527): _call_impl",
                          "pid": 1, "tid": 1, "ts": start - 0.8, "dur": 59.0, "args": {"Python id": ext, "Python parent id": ext - 1}})
                     tid = 1 if phase == "forward" else 2
                     out({"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": tid, "ts": start, "dur": 55.0,

@@ -1,8 +1,12 @@
 """Scan overhead: the same training steps run plain, under `opscope scan`, and with the seed method.
 
-    python bench/scan_overhead.py [--steps 20] [--repeat 3] [--script examples/train_cnn.py] [-- ARGS]
+    python bench/scan_overhead.py [--steps 20] [--repeat 3] [--script SCRIPT [-- ARGS]]
 
-- plain: the script run for N optimizer steps with no profiler (stopped by an optimizer hook); on a
+Without --script it runs the suite: examples/train_alexnet.py, examples/train_resnet50.py
+(imagenet/main.py shape with a StepLR scheduler) and a nanoGPT-style trainer.
+
+- plain: the script run for N optimizer steps with no profiler (stopped by the same global optimizer
+  post-hook the scan uses, so LR schedulers keep working); on a
   machine without a GPU only opscope's CUDA->CPU remap is applied, so the script can run at all;
 - opscope: `opscope scan SCRIPT --steps N` (capture, analysis, scan.json/operators.csv/traces; no
   HTML/XLSX so we time the scan itself);
@@ -57,22 +61,27 @@ def after_step():
         os._exit(0)
     start()
 
-# End a step after optimizer.step() has *returned*: stopping the profiler inside the
-# step's own record_function range (e.g. from a post-hook) crashes Kineto.
-_orig_init = torch.optim.Optimizer.__init__
+# Steps end with the same global optimizer hooks the scan uses (no wrapping of opt.step, which
+# breaks LR schedulers).  The profiler is stopped at the next top-level module call, not inside
+# the optimizer's own record_function range (stopping Kineto there crashes it).
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.nn.modules.module import register_module_forward_pre_hook
+state["pending"] = False
+state["depth"] = 0
 
-def _init(self, *a, **k):
-    _orig_init(self, *a, **k)
-    bound = self.step
-
-    def step(*args, **kwargs):
-        out = bound(*args, **kwargs)
+def _post(opt, args, kwargs):
+    if mode == "seed":
+        state["pending"] = True
+    else:
         after_step()
-        return out
 
-    self.step = step
+def _fwd_pre(module, args):
+    if state["pending"]:
+        state["pending"] = False
+        after_step()
 
-torch.optim.Optimizer.__init__ = _init
+register_optimizer_step_post_hook(_post)
+register_module_forward_pre_hook(_fwd_pre)
 if not torch.cuda.is_available():
     # a GPU script needs CUDA calls remapped to run here at all: apply only opscope's remap
     # (no profiler, no source tracking) so the baseline runs the same code path
@@ -112,25 +121,44 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--script", default=str(ROOT / "examples" / "train_cnn.py"))
+    parser.add_argument("--script", default=None, help="one script (default: the suite below)")
     args = parser.parse_args(argv)
-    script_args = extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"]
+    if args.script:
+        suite = [(args.script, extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"])]
+    else:
+        suite = SUITE(args.steps)
+    for script, script_args in suite:
+        run_one(args, str(script), script_args)
+
+
+def SUITE(steps: int) -> list:
+    """Real training scripts: ImageNet AlexNet and ResNet-50 (imagenet/main.py shape, LR scheduler),
+    a nanoGPT-style trainer (AdamW, autocast, GradScaler, grad accumulation, periodic eval)."""
+    n = 8 * (steps + 4)
+    return [
+        (ROOT / "examples" / "train_alexnet.py", ["--dummy", "-b", "8", "--image-size", "128", "--samples", str(n)]),
+        (ROOT / "examples" / "train_resnet50.py", ["--dummy", "-b", "8", "--image-size", "64", "--samples", str(n)]),
+        (ROOT / "tests" / "data" / "scripts" / "nanogpt_style.py", ["--compile", "0", "--max_iters", str(steps + 4)]),
+    ]
+
+
+def run_one(args, script: str, script_args: list) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runner = Path(tmp) / "runner.py"
         runner.write_text(RUNNER)
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
         commands = {
-            "plain": [sys.executable, str(runner), "plain", str(args.steps), args.script, *script_args],
-            "opscope": [sys.executable, "-m", "opscope", "scan", args.script, "--steps", str(args.steps),
+            "plain": [sys.executable, str(runner), "plain", str(args.steps), script, *script_args],
+            "opscope": [sys.executable, "-m", "opscope", "scan", script, "--steps", str(args.steps),
                         "--out", str(Path(tmp) / "run"), "--format", "", "--quiet", "--", *script_args],
-            "seed": [sys.executable, str(runner), "seed", str(args.steps), args.script, *script_args],
+            "seed": [sys.executable, str(runner), "seed", str(args.steps), script, *script_args],
         }
         times = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleave runs so machine noise hits all three alike
             for name, cmd in commands.items():
                 times[name].append(timed(cmd, env))
     med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"script: {os.path.relpath(args.script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
+    print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
           f"repeat: {args.repeat} (median wall seconds, whole process)")
     print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}")
     for name in ("plain", "opscope", "seed"):

@@ -12,7 +12,7 @@ import pkgutil
 import sys
 
 from opscope import __version__, commands
-from opscope.errors import EXIT_INTERNAL, UserError
+from opscope.errors import EXIT_INTERNAL, UserError, one_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"opscope: error: {exc}", file=sys.stderr)
+        print(f"opscope: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("opscope: interrupted", file=sys.stderr)

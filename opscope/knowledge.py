@@ -12,11 +12,65 @@ from functools import lru_cache
 from opscope.resources import support_matrix_dir
 
 
+# The top-level keys each knowledge file may have, and the type of each: a misspelt key
+# would otherwise be silently ignored and its rules would quietly stop applying.  A new
+# key (or file) is added here too; tests/test_hardening.py checks every shipped file.
+SCHEMAS: dict[str, dict[str, type]] = {
+    "backend_private_ops.yaml": {"patterns": list},
+    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list},
+    "diff_rules.yaml": {**{k: list for k in (
+        "structural", "private_ops", "phase_annotations", "step_annotations", "npu_inserted_ops",
+        "npu_inserted_kernels", "fallback_children", "fallback_log_patterns", "device_processes",
+        "device_kernel_categories", "launch_flow_categories", "user_cast_parents", "never_fold",
+        "python_scalar_dtypes", "known_differences", "npu_kernel_name_families", "npu_inserted_kernel_types")},
+        "device_task_classes": dict},
+    "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
+    "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
+                            "suggestions": dict},
+    "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
+    "runtime_remaps.yaml": {"rules": dict},
+    "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,
+                              "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "skip": dict,
+                              "inputs": dict},
+}
+
+
 @lru_cache(maxsize=None)
 def load(name: str) -> dict:
+    """One knowledge file, its top-level keys checked against ``SCHEMAS``."""
+    return load_path(support_matrix_dir() / name, name)
+
+
+def load_path(path, name: str | None = None) -> dict:
+    """A knowledge yaml at ``path`` (``name`` picks its schema); bad content is an InputError (exit 2)."""
+    import difflib
+
     import yaml
-    with open(support_matrix_dir() / name, encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
+
+    from opscope.errors import InputError
+    fix = "correct the file (support_matrix/ is data: see its comments) or reinstall opscope"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror})", fix=fix) from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise InputError(path, f"is not valid YAML ({str(exc).splitlines()[0] if str(exc) else exc})",
+                         fix=fix) from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise InputError(path, f"holds a {type(data).__name__}, expected a mapping of keys", fix=fix)
+    schema = SCHEMAS.get(name or "")
+    if schema:
+        for key, value in data.items():
+            if key not in schema:
+                close = difflib.get_close_matches(str(key), schema, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(schema)})"
+                raise InputError(path, f"unknown key {key!r}{hint}", fix=fix)
+            if value is not None and not isinstance(value, schema[key]):
+                raise InputError(path, f"{key!r} is a {type(value).__name__}, expected a {schema[key].__name__}",
+                                 where=str(key), fix=fix)
+    return data
 
 
 def backend_private_patterns() -> list[str]:

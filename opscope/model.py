@@ -21,9 +21,16 @@ ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "da
 
 
 def _clean(value: Any) -> Any:
-    """Make a value JSON-safe (tuples -> lists, dataclasses -> dicts)."""
+    """Make a value JSON-safe (tuples -> lists, dataclasses -> dicts).
+
+    A record read from a newer scan.json keeps the fields this version does not know
+    (``unknown_fields``) and writes them back, so ``report``/``verify`` never drop them.
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out = {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for key, extra in getattr(value, "unknown_fields", {}).items():
+            out.setdefault(key, _clean(extra))
+        return out
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -42,7 +49,15 @@ class _Record:
     @classmethod
     def from_dict(cls, data: dict):
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        record = cls(**{k: v for k, v in data.items() if k in names})
+        record.keep_unknown({k: v for k, v in data.items() if k not in names})
+        return record
+
+    def keep_unknown(self, fields: dict) -> None:
+        """Remember fields of a newer schema so that ``to_dict`` writes them back unchanged
+        (records with ``__slots__``, never stored in scan.json, have nowhere to keep them)."""
+        if fields and hasattr(self, "__dict__"):
+            self.unknown_fields = dict(fields)
 
 
 @dataclass(slots=True)   # a capture holds one per distinct call of every step: keep them small
@@ -72,11 +87,12 @@ class OpCall(_Record):
     thread: int = 0
     seq_nr: int = -1
     start_us: float = 0.0
-    children: list = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
     device: str = "host"   # "device": touched tensors the script put on its accelerator; "import": ran
     #                        on host tensors while a library was being imported
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
-    count: int = 1         # identical calls of one step folded into this record (times summed)
+    count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
+    #                        "# of Calls", a scan operator's share of a step); times are summed
 
     def signature(self) -> tuple:
         return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
@@ -115,13 +131,13 @@ class Operator(_Record):
     total_time_us: float = 0.0
     device_time_us: float = 0.0
     phase: str = "other"
-    phases: list = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
     source: str | None = None
-    sources: list = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
     parent: str | None = None
     top_level: bool = True
-    children: list = field(default_factory=list)
-    steps: list = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
     dynamic: bool = False
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
     import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
@@ -141,7 +157,7 @@ class DynamicShape(_Record):
     op: str
     source: str | None
     cause: str
-    varying_dims: list = field(default_factory=list)
+    varying_dims: list[dict] = field(default_factory=list)
     shapes_per_step: dict = field(default_factory=dict)
     root_cause: str | None = None
     suggestion: str = ""
@@ -156,8 +172,8 @@ class RootCause(_Record):
     """
     source: str | None
     cause: str
-    ops: list = field(default_factory=list)
-    varying_dims: list = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    varying_dims: list[dict] = field(default_factory=list)
     suggestion: str = ""
     evidence: str = ""
     kind: str = ""
@@ -184,8 +200,8 @@ class Finding(_Record):
 @dataclass
 class Profile(_Record):
     """Operator calls of one run, whatever produced them (opscope capture or a parser)."""
-    calls: list = field(default_factory=list)          # list[OpCall]
-    steps: list = field(default_factory=list)          # list[Step]
+    calls: list[OpCall] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     device: str = "cpu"
     source_format: str = "opscope"
     path: str | None = None
@@ -204,7 +220,7 @@ class Profile(_Record):
 class ScanResult(_Record):
     """Everything ``opscope scan`` learned about a run; serialised as ``scan.json``."""
     script: str | None = None
-    argv: list = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)
     device: str = "cpu"
     torch_version: str = ""
     complete: bool = False
@@ -218,16 +234,16 @@ class ScanResult(_Record):
     duration_s: float = 0.0
     settings: dict = field(default_factory=dict)
     exit: dict = field(default_factory=dict)
-    steps: list = field(default_factory=list)            # list[Step]
-    operators: list = field(default_factory=list)        # list[Operator]
-    dynamic_shapes: list = field(default_factory=list)   # list[DynamicShape]
-    root_causes: list = field(default_factory=list)      # list[RootCause]
-    findings: list = field(default_factory=list)         # list[Finding]
+    steps: list[Step] = field(default_factory=list)
+    operators: list[Operator] = field(default_factory=list)
+    dynamic_shapes: list[DynamicShape] = field(default_factory=list)
+    root_causes: list[RootCause] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     target: dict = field(default_factory=dict)
-    traces: list = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)
     verification: dict | None = None
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}

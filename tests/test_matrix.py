@@ -55,7 +55,7 @@ def wheels(tmp_path_factory):
 
 @pytest.mark.slow
 def test_wheels_rebuild_byte_for_byte(wheels, tmp_path):
-    written = build(tmp_path, wheels=wheels)
+    written = build(tmp_path, wheels=wheels, torch_facts=False)
     assert len(written) == 2
     for path in written:
         assert path.read_bytes() == (MATRIX / "versions" / path.name).read_bytes(), path.name
@@ -63,12 +63,76 @@ def test_wheels_rebuild_byte_for_byte(wheels, tmp_path):
 
 @pytest.mark.slow
 def test_build_cli_from_wheel_file(wheels, tmp_path):
+    import shutil
+    (tmp_path / "versions").mkdir()
+    shutil.copy(MATRIX / "versions" / "torch_schema.txt", tmp_path / "versions")  # has torch 2.14.0: no fetch
     proc = _opscope("matrix", "build", "--wheel", str(wheels[0]), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "versions" / "torch_npu-2.14.txt").read_bytes() == \
         (MATRIX / "versions" / "torch_npu-2.14.txt").read_bytes()
     version, lines = wheel_facts(wheels[0])
     assert version == "2.14.0" and "aten gelu.out codegen:supported" in lines and "contrib ROIAlign contrib" in lines
+
+
+@pytest.mark.slow
+def test_exact_releases_of_a_line_rebuild_byte_for_byte(tmp_path):
+    """2.8.0 ... 2.8.0.post5 from PyPI: the line's files, newest in full and the others as differences."""
+    from opscope.matrix.build import wheel_torch
+    where = tmp_path / "wheels"
+    versions = ("2.8.0", "2.8.0.post2", "2.8.0.post4", "2.8.0.post5")
+    for version in versions:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                               f"torch_npu=={version}", "-d", str(where)], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot download torch_npu {version} with pip: {proc.stderr.strip()[-200:]}")
+    wheels = sorted(where.glob("torch_npu-*.whl"))
+    assert {wheel_torch(w) for w in wheels} == {"2.8.0"}
+    written = build(tmp_path / "out", wheels=wheels, torch_facts=False)
+    assert {p.name for p in written} == {"torch_npu-2.8.txt", "releases-2.8.txt"}
+    for path in written:
+        assert path.read_bytes() == (MATRIX / "versions" / path.name).read_bytes(), path.name
+
+
+def test_committed_release_files_are_a_fixed_point_of_the_builder(tmp_path):
+    """Reading every release back from the committed files and writing them again gives the same bytes
+    (so adding one release with `matrix build --version` rewrites its line reproducibly)."""
+    from opscope.matrix.build import read_line_releases, write_line
+    from opscope.matrix.torch_schema import read_facts, render_facts
+    versions = MATRIX / "versions"
+    for path in sorted(versions.glob("torch_npu-*.txt")):
+        line = path.stem.split("-", 1)[1]
+        for written in write_line(tmp_path, line, read_line_releases(versions, line)):
+            assert written.read_bytes() == (versions / written.name).read_bytes(), written.name
+    schema = versions / "torch_schema.txt"
+    assert render_facts(read_facts(schema)).encode() == schema.read_bytes()
+
+
+def test_every_pypi_release_from_2_1_is_in_the_matrix_with_its_torch():
+    matrix = load_matrix()
+    pypi = """2.14.0 2.13.0 2.12.0.post3 2.12.0.post2 2.12.0 2.11.0.post3 2.11.0.post2 2.11.0 2.10.0.post7
+    2.10.0.post6 2.10.0.post4 2.10.0.post2 2.10.0 2.9.1 2.9.0.post9 2.9.0.post8 2.9.0.post6 2.9.0.post4 2.9.0.post2
+    2.9.0 2.8.0.post5 2.8.0.post4 2.8.0.post2 2.8.0 2.7.1.post11 2.7.1.post10 2.7.1.post8 2.7.1.post6 2.7.1.post4
+    2.7.1.post2 2.7.1 2.6.0.post5 2.6.0.post3 2.6.0 2.5.1.post1 2.5.1 2.4.0.post4 2.4.0.post2 2.4.0 2.3.1.post6
+    2.3.1.post4 2.3.1.post2 2.1.0.post17 2.1.0.post13 2.1.0.post12 2.1.0.post10 2.1.0.post8""".split()
+    assert set(matrix.versions) == set(pypi)  # `pip index versions torch_npu`, 2026-11
+    assert matrix.exact["2.8.0"].torch == "2.8.0" and matrix.exact["2.9.1"].torch == "2.9.1"
+    from opscope.matrix.torch_schema import schema_for
+    for version in matrix.versions:  # every torch they are built for has its facts committed
+        assert schema_for(matrix.exact[version].torch) is not None, version
+    # exact releases really differ (the issue's example), and a line stands for its newest release
+    assert "gelu" in matrix.exact["2.8.0"].aten and "gelu" not in matrix.exact["2.8.0.post5"].aten
+    assert "_chunk_cat" not in matrix.exact["2.8.0"].aten and "_chunk_cat" in matrix.exact["2.8.0.post5"].aten
+    assert matrix.release("2.8") is matrix.exact["2.8.0.post5"]
+
+
+def test_torch_facts_differ_between_torch_releases():
+    """What is composite/structured is taken from the torch each torch_npu release is built for."""
+    from opscope.matrix.torch_schema import schema_for
+    old, new = schema_for("2.1.0"), schema_for("2.14.0")
+    assert old.get("_fused_adam_", "").dispatch == ("CUDA",)  # CPU fused Adam came with torch 2.4
+    assert "CPU" in new.get("_fused_adam_", "").dispatch
+    assert old.get("rms_norm", "") is None and new.get("rms_norm", "").composite_implicit
+    assert new.get("gelu", "").structured_delegate == "gelu.out"
 
 
 # ---- the committed matrix ----------------------------------------------------------------
@@ -108,12 +172,12 @@ def test_known_facts_of_the_real_lists():
 
 
 @pytest.mark.parametrize("text,line", [(None, "2.14"), ("2.8.0", "2.8"), ("torch_npu==2.8.0.post5", "2.8"),
-                                       ("2.14", "2.14"), ("v2.1", "2.1"), ("2.15", "2.15")])
+                                       ("2.14", "2.14"), ("v2.1", "2.1"), ("2.15", "2.15"), ("2.2.0", "2.2")])
 def test_resolve_line(text, line):
     assert resolve_line(load_matrix(), text) == line
 
 
-@pytest.mark.parametrize("text", ["2.99.0", "banana", "torch==2.8.0"])
+@pytest.mark.parametrize("text", ["2.99.0", "banana", "torch==2.8.0", "2.8.0.post3", "2.1.0"])
 def test_resolve_line_rejects_unknown_versions(text):
     with pytest.raises(UserError) as err:
         resolve_line(load_matrix(), text)
@@ -133,9 +197,12 @@ def test_matrix_show_gelu_across_versions():
     proc = _opscope("matrix", "show", "aten::gelu", "--json")
     assert proc.returncode == 0, proc.stderr
     import json
-    rows = {r["line"]: r for r in json.loads(proc.stdout)}
-    assert rows["2.14"]["verdict"] == "composite" and "gelu.out" in rows["2.14"]["evidence"]["path"]
-    assert rows["2.1"]["verdict"] == "native"  # 2.1 still registered the functional gelu
+    rows = {(r["line"], r["op"]): r for r in json.loads(proc.stdout)}
+    # every overload of the family, per release line
+    assert rows["2.14", "aten::gelu"]["verdict"] == "composite"
+    assert "gelu.out" in rows["2.14", "aten::gelu"]["evidence"]["path"]
+    assert rows["2.14", "aten::gelu.out"]["verdict"] == "native"
+    assert rows["2.1", "aten::gelu"]["verdict"] == "native"  # 2.1 still registered the functional gelu
     table = _opscope("matrix", "show", "huber_loss", "--target", "2.14.0")
     assert table.returncode == 0 and "cpu-fallback" in table.stdout and "smooth_l1_loss" in table.stdout
 

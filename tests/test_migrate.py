@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,89 @@ def test_output_folder_inside_project_is_not_rescanned(project):
     assert second.returncode == 0, second.stderr
     assert "patched/" not in (project / "patched" / "opscope-migrate.patch").read_text()
     assert textwrap.dedent((project / "patched" / "ddp_train.py").read_text()).count("import torch_npu") == 1
+
+
+def _apply_both(patch: Path, tree: Path, tmp_path: Path) -> list[Path]:
+    """Apply ``patch`` to two copies of ``tree`` with `patch -p1` and `git apply`; return the copies."""
+    copies = []
+    for tool in ("patch", "git"):
+        if not shutil.which(tool):
+            continue
+        copy = tmp_path / f"with_{tool}"
+        shutil.copytree(tree, copy, symlinks=True)
+        cmd = ["patch", "-p1", "-i", str(patch)] if tool == "patch" else ["git", "apply", "-v", str(patch)]
+        done = subprocess.run(cmd, cwd=copy, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        copies.append(copy)
+    return copies
+
+
+def test_symlink_out_of_the_project_is_never_followed_or_written(tmp_path):
+    """`ext_link.py -> ../outside/train.py` with `--out .`: the outside file stays as it was."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    before = (outside / "train.py").read_bytes()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "ext_link.py").symlink_to("../outside/train.py")
+    (proj / "loop1.py").symlink_to("loop2.py")      # a symlink loop
+    (proj / "loop2.py").symlink_to("loop1.py")
+    (proj / "sub").mkdir()
+    (proj / "sub" / "up").symlink_to("..")          # a folder loop
+    (proj / "own.py").write_text("import torch\ny = torch.ones(1).cuda()\n")
+    os.mkfifo(proj / "pipe.py")                     # reading it would block forever
+    for out in (".", "patched"):
+        proc = _opscope("migrate", ".", "--out", out, "-q", cwd=proj)
+        assert proc.returncode == 0, proc.stderr
+        assert (outside / "train.py").read_bytes() == before
+        assert (proj / "ext_link.py").is_symlink()
+        report = (proj / out / "opscope-migrate.md").read_text()
+        assert "ext_link.py | not-followed" in report and "loop1.py | not-read" in report
+        assert "outside/train.py" not in (proj / out / "opscope-migrate.patch").read_text()
+    assert (proj / "own.py").read_text() == "import torch\ny = torch.ones(1).cuda()\n"
+    assert ".npu()" in (proj / "patched" / "own.py").read_text()
+
+
+def test_out_that_would_overwrite_an_input_is_refused_before_writing(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    proc = _opscope("migrate", ".", "--out", ".", cwd=proj)   # --out is the project: nothing rewritten
+    assert proc.returncode == 0 and (proj / "train.py").read_text().endswith(".cuda()\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.py").symlink_to(proj / "train.py")   # a copy's destination links to the input
+    proc = _opscope("migrate", ".", "--out", out, cwd=proj)
+    assert proc.returncode == 2 and "would overwrite your file" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and (proj / "train.py").read_text().endswith(".cuda()\n")
+    assert not (out / "opscope-migrate.patch").exists()
+    (out / "train.py").unlink()
+    (out / "train.py").symlink_to(tmp_path / "elsewhere.py")   # a dangling link is replaced, not followed
+    proc = _opscope("migrate", ".", "--out", out, cwd=proj)
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "train.py").is_symlink() and not (tmp_path / "elsewhere.py").exists()
+
+
+@pytest.mark.parametrize("name", ["my train.py", "tab\tname.py", 'quote"back\\slash.py', "ünï cödé.py"])
+def test_patch_for_any_file_name_applies_with_git_and_patch(tmp_path, name):
+    proj = tmp_path / "proj"
+    (proj / "sub dir").mkdir(parents=True)
+    (proj / "sub dir" / name).write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    proc = _opscope("migrate", ".", "--out", tmp_path / "out", "-q", cwd=proj)
+    assert proc.returncode == 0, proc.stderr
+    patch = tmp_path / "out" / "opscope-migrate.patch"
+    for copy in _apply_both(patch, proj, tmp_path):
+        assert (copy / "sub dir" / name).read_text() == (tmp_path / "out" / "sub dir" / name).read_text()
+        assert ".npu()" in (copy / "sub dir" / name).read_text()
+
+
+def test_out_that_cannot_be_created_is_exit_2_before_any_work(tmp_path):
+    (tmp_path / "t.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    (tmp_path / "file").write_text("x")
+    proc = _opscope("migrate", "t.py", "--out", tmp_path / "file" / "sub", cwd=tmp_path)
+    assert proc.returncode == 2 and "cannot create --out" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_porting_idioms_rewrite_device_strings_and_leave_judgement(tmp_path):

@@ -139,7 +139,7 @@ def test_script_that_trains_nothing_has_no_score_and_fails(tmp_path):
 
 def test_timeout_inside_first_step_keeps_what_it_captured(tmp_path):
     proc = run_opscope("scan", SCRIPTS / "slow_first_step.py", "--steps", "3", "--out", tmp_path, "--quiet",
-                       "--format", "", "--timeout", "6")
+                       "--format", "", "--timeout", "20")
     assert proc.returncode == 4, proc.stderr[-3000:]
     scan_json = load_scan(tmp_path)
     assert scan_json["summary"]["readiness_score"] is None
@@ -180,3 +180,17 @@ def test_sigterm_to_opscope_stops_the_script_and_writes_results(tmp_path):
     assert scan_json["complete"] is False and (out / "report.html").exists()
     time.sleep(0.5)
     assert not _alive(str(SCRIPTS / "hang_at_step2.py")), "the script outlived opscope"
+
+
+def test_control_characters_in_the_error_text_never_break_the_reports(tmp_path):
+    proc = run_opscope("scan", SCRIPTS / "crash_ansi_error.py", "--steps", "4", "--out", tmp_path, "--quiet",
+                       "--format", "html,xlsx,md")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Weights only load failed" in proc.stderr
+    import openpyxl
+    book = openpyxl.load_workbook(tmp_path / "report.xlsx")
+    text = "\n".join(str(cell.value) for sheet in book for row in sheet.iter_rows() for cell in row
+                     if cell.value is not None)
+    assert "Weights only load failed" in text and "\x1b" not in text and "\x07" not in text
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Weights only load failed" in html and "\x1b" not in html

@@ -13,13 +13,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from opscope.capture.inprocess import capture as opscope_capture
+from opscope.api import capture as opscope_capture
 from opscope.analysis.verdicts import assign_verdicts, describe_readiness, readiness_summary, resolve_target
 from opscope.errors import UserError
 from opscope.model import VERDICTS, Finding, Operator, RootCause, ScanResult
 from tests.conftest import EXAMPLES, load_scan, run_opscope
 
-VERSIONS = ("2.1.0", "2.8.0", "2.14.0")
+VERSIONS = ("2.1.0.post17", "2.8.0.post5", "2.14.0")
 BAD = ("cpu-fallback", "unsupported")
 
 
@@ -50,7 +50,7 @@ def test_gelu_is_supported_through_gelu_out_on_2_14():
     assign_verdicts([inplace], "2.14.0")
     assert inplace.verdict == "composite" and inplace.evidence["path"] == ["gelu_", "gelu.out"]
     old = Operator(name="aten::gelu", overload="")
-    assign_verdicts([old], "2.1.0")
+    assign_verdicts([old], "2.1.0.post17")
     assert old.verdict == "native"  # torch_npu 2.1 registered the functional gelu itself
 
 
@@ -96,13 +96,18 @@ def test_mkldnn_convolution_is_judged_through_convolution():
     assert mkldnn.evidence["judged_through"] == "aten::_convolution" and mkldnn.evidence["parent_verdict"] == "native"
 
 
-@pytest.mark.parametrize("version,verdict", [("2.14.0", "native"), ("2.8.0", "cpu-fallback"),
-                                             ("2.1.0", "cpu-fallback"), ("2.7.1", "native")])
+@pytest.mark.parametrize("version,verdict", [("2.14.0", "native"), ("2.8.0.post5", "cpu-fallback"),
+                                             ("2.1.0.post17", "unsupported"), ("2.7.1.post11", "native")])
 def test_fused_adam(version, verdict):
     op = Operator(name="aten::_fused_adam_", overload="", phase="optimizer")
     judge([op], version)
     assert op.verdict == verdict
-    if verdict == "cpu-fallback":
+    if version == "2.1.0.post17":
+        # judged with torch 2.1.0, the torch torch_npu 2.1 is built for: its _fused_adam_ had
+        # a CUDA kernel only (the CPU one came in torch 2.4), so there is nothing to fall back to
+        assert op.evidence["torch_schema"] == "torch 2.1.0 native_functions.yaml"
+        assert op.evidence["dispatch"] == ["CUDA"]
+    if verdict != "native":
         assert_evidence_chain(op)
         assert op.evidence["first_supported_in"].startswith("torch_npu 2.")
         assert "foreach=True" in op.substitute["replacement"]
@@ -122,12 +127,24 @@ def test_unknown_namespace_is_never_guessed_and_c10d_runs_on_hccl():
 def test_every_aten_op_gets_a_verdict_and_bad_ones_show_their_chain(version):
     """All ~1,550 ATen op names of the installed torch: one verdict each, never 'unknown' for
     a torch op, and every cpu-fallback/unsupported verdict carries its evidence chain."""
+    from opscope.analysis.verdicts import schema_of
+    from opscope.matrix.store import load_matrix, resolve_release
     from opscope.matrix.torch_schema import load_torch_schema
+    built_for, note = schema_of(resolve_release(load_matrix(), version))
+    assert note is None and built_for.source != load_torch_schema().source or version == "2.13.0"
     ops = [Operator(name=f"aten::{base}", overload=None) for base in load_torch_schema().families
            if not base.startswith(("_cudnn", "cudnn", "miopen", "mkldnn", "_mkldnn", "_nnpack"))]
     assign_verdicts(ops, version)
-    counts = {v: sum(op.verdict == v for op in ops) for v in VERDICTS}
+    known = [op for op in ops if op.name[6:] in built_for.families]
+    counts = {v: sum(op.verdict == v for op in known) for v in VERDICTS}
     assert counts["unknown"] == 0 and counts["native"] > 500 and counts["composite"] > 500
+    # ops of the installed torch that the torch this release is built for does not have: said so
+    newer = [op for op in ops if op.name[6:] not in built_for.families]
+    for op in newer:
+        assert op.verdict in ("unknown", "native", "not-applicable"), op.name  # native: torch_npu registers it
+        if op.verdict == "unknown":
+            assert built_for.source in op.evidence["detail"], op.evidence
+    assert version != "2.1.0.post17" or len(newer) > 50
     for op in ops:
         if op.verdict in BAD:
             assert_evidence_chain(op)
@@ -135,7 +152,13 @@ def test_every_aten_op_gets_a_verdict_and_bad_ones_show_their_chain(version):
 
 def test_resolve_target():
     assert resolve_target(None) == "2.14.0"
-    assert resolve_target("torch_npu==2.8.0") == "2.8.0.post5"
+    # an exact release is that release, never the line's newest post-release
+    assert resolve_target("torch_npu==2.8.0") == "2.8.0"
+    assert resolve_target("2.8.0.post2") == "2.8.0.post2"
+    assert resolve_target("2.8") == "2.8.0.post5"  # a bare line: its newest release
+    with pytest.raises(UserError) as err:
+        resolve_target("2.8.0.post3")  # not a release on PyPI
+    assert "2.8.0.post2" in str(err.value) and "2.8.0.post5" in str(err.value)
     with pytest.raises(UserError) as err:
         resolve_target("3.0.0")
     assert "2.14" in str(err.value)
@@ -231,8 +254,8 @@ def _labelled_models():
         "huber-mlp": (mlp, lambda: (torch.randn(8, 20), torch.randn(8, 1)), nn.HuberLoss(delta=0.5),
                       torch.optim.Adam(mlp.parameters(), lr=1e-3, fused=True),
                       {"aten::huber_loss": "cpu-fallback", "aten::huber_loss_backward": "cpu-fallback",
-                       "aten::gelu": {"2.1.0": "native", "2.8.0": "composite", "2.14.0": "composite"},
-                       "aten::_fused_adam_": {"2.1.0": "cpu-fallback", "2.8.0": "cpu-fallback", "2.14.0": "native"}}),
+                       "aten::gelu": {"2.1.0.post17": "native", "2.8.0.post5": "composite", "2.14.0": "composite"},
+                       "aten::_fused_adam_": {"2.1.0.post17": "unsupported", "2.8.0.post5": "cpu-fallback", "2.14.0": "native"}}),
         "super-res": (sr, lambda: (torch.randn(2, 3, 8, 8), torch.randn(2, 3, 16, 16)), F.mse_loss,
                       torch.optim.AdamW(sr.parameters(), lr=1e-3),
                       {"aten::pixel_shuffle": "composite", "aten::tanh": "native", "aten::mse_loss": "native"}),
@@ -240,7 +263,7 @@ def _labelled_models():
                     torch.optim.AdamW(lm.parameters(), lr=1e-3),
                     {"aten::embedding": "native", "aten::scaled_dot_product_attention": "native",
                      "aten::layer_norm": "composite", "aten::native_layer_norm": "native",
-                     "aten::rms_norm": "composite", "aten::embedding_dense_backward": "native"}),
+                     "aten::rms_norm": {"2.1.0.post17": "unknown", "2.8.0.post5": "composite", "2.14.0": "composite"}, "aten::embedding_dense_backward": "native"}),
     }
 
 
@@ -270,9 +293,15 @@ def test_labelled_models(captured, name, version):
         # a supported op never also shows up as a fallback
         if want not in BAD:
             assert not by_name[op_name] & set(BAD), (op_name, version, by_name[op_name])
-    if name in ("cnn", "tiny-lm", "super-res"):  # clean models: fully native/composite on every release
+    if name == "tiny-lm" and version == "2.1.0.post17":  # rms_norm came with torch 2.4: said so, not guessed
+        bad = {op.name for op in operators if op.verdict in ("cpu-fallback", "unsupported", "unknown")}
+        assert "aten::rms_norm" in bad and bad <= {"aten::rms_norm", "aten::_fused_rms_norm"}, bad
+        for op in operators:
+            if op.name in bad:
+                assert "torch 2.1.0 native_functions.yaml" in op.evidence["detail"], op.evidence
+    elif name in ("cnn", "tiny-lm", "super-res"):  # clean models: fully native/composite on every release
         assert not {v for vs in by_name.values() for v in vs} & {"cpu-fallback", "unsupported", "unknown"}
-    if name == "tiny-lm":  # a supported op can still have a faster fused NPU form
+    if name == "tiny-lm" and version != "2.1.0.post17":  # a supported op can still have a faster fused NPU form
         rms = next(op for op in operators if op.name == "aten::rms_norm")
         assert rms.substitute["replacement"].startswith("torch_npu.npu_rms_norm")
 
@@ -310,3 +339,106 @@ def test_scan_clean_cnn_is_all_native_or_composite(cnn_scan):
     assert counts["native"] > 0 and counts["cpu-fallback"] == counts["unsupported"] == counts["unknown"] == 0
     assert scan["summary"]["native_or_composite_share"] == 1.0
     json.dumps(scan["operators"][0]["evidence"])  # evidence is plain JSON
+
+
+# ---- exact releases (issue 15) ---------------------------------------------------------------
+
+def _release_probe_ops(tmp_path):
+    """A real capture of the ops whose registration differs between torch_npu 2.8.0 and 2.8.0.post5."""
+    with opscope_capture(out=tmp_path, steps=1, formats=(), export_traces=False, static_scan=False) as cap:
+        x = torch.randn(6, 6)
+        spd = x @ x.T + 6 * torch.eye(6)
+        F.gelu(x)
+        torch.linalg.cholesky(spd)
+        torch._chunk_cat([torch.randn(4, 6), torch.randn(4, 2)], dim=1, num_chunks=2)
+        torch.repeat_interleave(torch.tensor([1, 2, 3]))  # the .Tensor overload
+        x.repeat_interleave(2, dim=0)  # .self_int
+        torch.relu(x)
+        cap.step()
+    return cap.result.operators
+
+
+def test_exact_release_2_8_0_differs_from_post5_exactly_where_their_wheels_differ(tmp_path):
+    import copy
+
+    from opscope.matrix.store import load_matrix
+    ops = _release_probe_ops(tmp_path)
+    on_base, on_post5 = copy.deepcopy(ops), copy.deepcopy(ops)
+    assert assign_verdicts(on_base, "2.8.0")["version"] == "2.8.0"
+    assert assign_verdicts(on_post5, "2.8.0.post5")["version"] == "2.8.0.post5"
+    matrix = load_matrix()
+    base, post5 = matrix.exact["2.8.0"], matrix.exact["2.8.0.post5"]
+    differing = {k for k in set(base.aten) | set(post5.aten) if base.aten.get(k) != post5.aten.get(k)}
+    assert {"gelu", "_chunk_cat", "linalg_cholesky"} <= differing
+
+    def verdicts(rows):  # the default overload may be recorded '' or, when ambiguous, None
+        return {(op.name, op.overload or ""): op.verdict for op in rows if op.parent is None}
+
+    a, b = verdicts(on_base), verdicts(on_post5)
+    assert a[("aten::gelu", "")] == "native" and b[("aten::gelu", "")] == "composite"  # post5: via gelu.out
+    assert a[("aten::_chunk_cat", "")] != "native" and b[("aten::_chunk_cat", "")] == "native"
+    assert a[("aten::linalg_cholesky", "")] != "native" and b[("aten::linalg_cholesky", "")] == "native"
+    assert a[("aten::repeat_interleave", "Tensor")] == b[("aten::repeat_interleave", "Tensor")] == "cpu-fallback"
+    # every row whose verdict changed touches a registration that differs between the two wheels
+    for (x, y) in zip(on_base, on_post5):
+        if x.verdict != y.verdict:
+            touched = set(x.evidence.get("path") or []) | set(y.evidence.get("path") or [])
+            touched |= {x.evidence.get("entry"), y.evidence.get("entry")}
+            touched |= {c.split(".", 1)[0] for c in (x.evidence.get("children") or {})} | \
+                set(x.evidence.get("children") or {}) | set(y.evidence.get("children") or {})
+            touched |= {(ev.get("judged_through") or "").rpartition("::")[2] for ev in (x.evidence, y.evidence)}
+            assert touched & differing, (x.name, x.verdict, y.verdict, x.evidence, y.evidence)
+    # the fallback names the first exact release that registers it
+    rep = next(op for op in on_base if (op.name, op.overload) == ("aten::repeat_interleave", "Tensor"))
+    assert rep.evidence["first_supported_in"] == "torch_npu 2.9.0.post9"
+    assert rep.evidence["torch_schema"] == "torch 2.8.0 native_functions.yaml"
+
+
+def test_matrix_show_speaks_per_overload_like_the_scan(tmp_path):
+    """`matrix show aten::repeat_interleave.Tensor --target 2.8.0`: the scan's verdict and evidence."""
+    from opscope.commands.matrix import show_rows
+    ops = _release_probe_ops(tmp_path)
+    assign_verdicts(ops, "2.8.0")
+    scanned = next(op for op in ops if (op.name, op.overload) == ("aten::repeat_interleave", "Tensor"))
+    proc = run_opscope("matrix", "show", "aten::repeat_interleave.Tensor", "--target", "2.8.0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["op"] == "aten::repeat_interleave.Tensor" and row["version"] == "2.8.0"
+    assert row["verdict"] == scanned.verdict == "cpu-fallback"
+    assert row["evidence"] == json.loads(json.dumps(scanned.evidence))
+    # without an overload: one row per overload, never one verdict for the family
+    rows = {r["op"]: r for r in show_rows("aten::repeat_interleave", "2.8.0")}
+    assert rows["aten::repeat_interleave.Tensor"]["verdict"] == "cpu-fallback"
+    assert rows["aten::repeat_interleave.self_int"]["verdict"] == "native"
+    self_int = next(op for op in ops if (op.name, op.overload) == ("aten::repeat_interleave", "self_int"))
+    assert rows["aten::repeat_interleave.self_int"]["evidence"] == json.loads(json.dumps(self_int.evidence))
+    table = run_opscope("matrix", "show", "aten::repeat_interleave", "--target", "2.8.0")
+    assert "repeat_interleave.Tensor" in table.stdout and "repeat_interleave.self_int" in table.stdout
+
+
+def test_matrix_versions_lists_every_release():
+    proc = run_opscope("matrix", "versions", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["version"]: r for r in json.loads(proc.stdout)}
+    for version in ("2.1.0.post8", "2.8.0", "2.8.0.post2", "2.8.0.post4", "2.8.0.post5", "2.9.1", "2.14.0"):
+        assert version in rows, version
+    assert rows["2.8.0"]["torch"] == "2.8.0" and rows["2.8.0.post5"]["newest_of_line"]
+    assert not rows["2.8.0"]["newest_of_line"] and rows["2.8.0"]["aten_overloads"] > 1000
+    assert rows["2.15"]["note"]  # op-plugin-only line, said so
+
+
+def test_scan_cli_targets_the_exact_release(tmp_path):
+    """`opscope scan --target 2.8.0` is torch_npu 2.8.0 (gelu registered itself), --target 2.8.0.post5 that
+    post-release (gelu through gelu.out); both judged with torch 2.8.0's facts."""
+    seen = {}
+    for target in ("2.8.0", "2.8.0.post5"):
+        out = tmp_path / target
+        proc = run_opscope("scan", EXAMPLES / "train_huber.py", "--steps", "2", "--out", out, "--target", target,
+                           "--format", "json")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        scan = load_scan(out)
+        assert scan["target"]["version"] == target and scan["target"]["torch"] == "2.8.0"
+        assert scan["target"]["torch_schema"] == "torch 2.8.0 native_functions.yaml"
+        seen[target] = {op["name"]: op["verdict"] for op in scan["operators"] if op["name"] == "aten::gelu"}
+        assert f"readiness for torch_npu {target}:" in proc.stdout
+    assert seen["2.8.0"] == {"aten::gelu": "native"} and seen["2.8.0.post5"] == {"aten::gelu": "composite"}

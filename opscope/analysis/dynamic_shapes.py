@@ -32,8 +32,8 @@ _FOLDABLE = ("factory", "sized", "slice")
 
 
 def _knowledge() -> dict:
-    from opscope.capture.source import KNOWLEDGE
-    return KNOWLEDGE
+    from opscope.knowledge import load
+    return load("dynamic_shapes.yaml")
 
 
 def _shape_key(shapes) -> tuple:

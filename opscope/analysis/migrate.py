@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class FileMigration:
     skipped: list = field(default_factory=list)    # list[Skipped]
     import_added: bool = False
     error: str | None = None
+    error_kind: str = "parse-error"   # or "not-followed" (a symlink), "unreadable"
 
     @property
     def changed(self) -> bool:
@@ -60,9 +62,11 @@ class FileMigration:
         if not self.changed:
             return ""
         lines = difflib.unified_diff(self.original.splitlines(keepends=True), self.patched.splitlines(keepends=True),
-                                     fromfile=f"a/{self.rel}", tofile=f"b/{self.rel}")
+                                     fromfile="a", tofile="b")
         out = []
-        for line in lines:
+        for k, line in enumerate(lines):
+            if k < 2:   # the ---/+++ headers, written so that any file name survives
+                line = f"{line[:4]}{header_name(line[4], self.rel)}\n"
             if not line.endswith("\n"):  # last line without a newline: say so, as diff(1) does
                 line += "\n\\ No newline at end of file\n"
             out.append(line)
@@ -80,6 +84,22 @@ class Migration:
     @property
     def changed_files(self) -> list:
         return [f for f in self.files if f.changed]
+
+
+def header_name(prefix: str, rel: str) -> str:
+    """``a/rel`` as a ---/+++ header name that ``git apply`` and ``patch -p1`` both read back.
+
+    A name with whitespace ends with a tab (else both stop at the first space); a name
+    with control characters, quotes or backslashes is C-quoted, as git writes it.
+    """
+    name = f"{prefix}/{rel}"
+    if any(ord(c) < 32 or c in '"\\' or ord(c) == 127 for c in name):
+        escapes = {"\t": "\\t", "\n": "\\n", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+        body = "".join(escapes.get(c) or (f"\\{ord(c):03o}" if ord(c) < 32 or ord(c) == 127 else c) for c in name)
+        return f'"{body}"'
+    if any(c.isspace() for c in name):
+        return name + "\t"
+    return name
 
 
 def _imports_torch_npu(tree: ast.Module) -> bool:
@@ -205,10 +225,24 @@ def plan_migration(paths, root: Path | None = None, exclude: Path | None = None)
     excluded = Path(exclude).resolve() if exclude else None
     migration = Migration(root=root)
     rules = load_rules()
+    seen: set[Path] = set()
     for path in iter_source_files(paths):
-        full = path.resolve()
+        full, problem = _real_path(path)
+        if full is None:
+            migration.files.append(FileMigration(path=path, rel=_display(path, root), error_kind="not-read",
+                                                 error=f"{problem}; nothing changed"))
+            continue
         if excluded and (full == excluded or full.is_relative_to(excluded)):
             continue
+        if not full.is_relative_to(root) and (path.is_symlink() or _linked_dir(path, root)):
+            migration.files.append(FileMigration(
+                path=path, rel=_display(path, root), error_kind="not-followed",
+                error=f"a symbolic link to {full}, outside {root}: not followed, nothing changed "
+                      "(migrate that project itself)"))
+            continue
+        if full in seen:   # the same file reached through a link inside the root
+            continue
+        seen.add(full)
         rel = full.relative_to(root).as_posix() if full.is_relative_to(root) else path.name
         if path.suffix in CPP_SUFFIXES:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -223,7 +257,8 @@ def plan_migration(paths, root: Path | None = None, exclude: Path | None = None)
             raw = path.read_bytes()
             source = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            migration.files.append(FileMigration(path=path, rel=rel, error=f"not read as UTF-8 ({exc}); nothing changed"))
+            migration.files.append(FileMigration(path=path, rel=rel, error_kind="unreadable",
+                                                 error=f"not read as UTF-8 ({exc}); nothing changed"))
             continue
         if b"\r" in raw and b"\r\n" not in raw:
             migration.files.append(FileMigration(path=path, rel=rel, original=source, patched=source,
@@ -233,6 +268,37 @@ def plan_migration(paths, root: Path | None = None, exclude: Path | None = None)
         if fm.changes or fm.skipped or fm.error:
             migration.files.append(fm)
     return migration
+
+
+def _real_path(path: Path) -> tuple[Path | None, str]:
+    """(the regular file a path names after following every link, or None and why not).
+
+    A FIFO or device named ``*.py`` would block or never end when read, so only regular
+    files are read."""
+    try:
+        full = path.resolve(strict=True)
+    except (OSError, RuntimeError):   # RuntimeError: a symlink loop (Python < 3.13)
+        return None, "a symbolic link loop or a broken link"
+    try:
+        regular = stat.S_ISREG(full.stat().st_mode)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    return (full, "") if regular else (None, "not a regular file (a FIFO, device or socket)")
+
+
+def _linked_dir(path: Path, root: Path) -> bool:
+    """Whether a folder on the way from the root to ``path`` is a symbolic link."""
+    parent = path.absolute().parent
+    while parent != parent.parent and parent.is_relative_to(root):
+        if parent.is_symlink():
+            return True
+        parent = parent.parent
+    return False
+
+
+def _display(path: Path, root: Path) -> str:
+    absolute = path.absolute()
+    return absolute.relative_to(root).as_posix() if absolute.is_relative_to(root) else str(path)
 
 
 def render_report(migration: Migration) -> str:
@@ -256,7 +322,7 @@ def render_report(migration: Migration) -> str:
         out += ["## Not changed (needs judgement)", "", "| file:line | rule | API | why not | what to do |",
                 "|---|---|---|---|---|"]
         for f in errors:
-            out.append(f"| {f.rel} | parse-error | | {f.error} | |")
+            out.append(f"| {_cell(f.rel)} | {f.error_kind} | | {_cell(f.error)} | |")
         for f, s in left:
             where = f"{f.rel}:{s.line}" if s.line else f.rel
             out.append(f"| {where} | {s.rule} | `{s.api}` | {_cell(s.reason)} | {_cell(s.replacement or '')} |")

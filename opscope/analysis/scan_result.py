@@ -13,7 +13,6 @@ from pathlib import Path
 from opscope import __version__
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
-from opscope.capture.store import load_capture
 from opscope.model import ScanResult
 
 
@@ -36,10 +35,10 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
 
 def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, settings: dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
-                      target: str | None = None, capture: tuple | None = None) -> ScanResult:
-    """``capture`` is ``load_capture``'s tuple when the caller already has it in memory."""
+                      target: str | None = None, capture: tuple) -> ScanResult:
+    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta)."""
     import torch
-    calls, steps, side, runtime_findings, meta = capture if capture is not None else load_capture(out_dir)
+    calls, steps, side, runtime_findings, meta = capture
     warmup = int(settings.get("warmup", 0) or 0)
     indices = [s.index for s in steps]
     baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)
@@ -101,18 +100,17 @@ def unrecorded_notes(steps) -> list[str]:
         notes.append(f"step(s) {', '.join(str(s.index) for s in capped)}: recording stopped after "
                      f"{first['after_calls']:,} torch calls{where} ({why}); the rest of each such step "
                      "ran unprofiled, so its operators are missing from this report")
-    closures = [s for s in steps if (s.unrecorded or {}).get("closure_forwards")]
-    if closures:
-        total = sum(int(s.unrecorded["closure_forwards"]) for s in closures)
-        notes.append(f"{total:,} repeated closure evaluation(s) inside optimizer.step(closure) in step(s) "
-                     f"{', '.join(str(s.index) for s in closures)} ran unprofiled after the first "
-                     "evaluations of each step (they repeat the recorded operators)")
-    skipped = [s for s in steps if (s.unrecorded or {}).get("eval_forwards")]
-    if skipped:
-        total = sum(int(s.unrecorded["eval_forwards"]) for s in skipped)
-        notes.append(f"{total:,} evaluation/sampling forward call(s) under no_grad/eval() in step(s) "
-                     f"{', '.join(str(s.index) for s in skipped)} ran unprofiled after the first few of each "
-                     "step (they repeat the recorded ones; labelled phase 'eval')")
+    repeated = {  # Step.unrecorded key -> what ran unprofiled, and why that loses nothing
+        "closure_forwards": "repeated closure evaluation(s) inside optimizer.step(closure) ran unprofiled "
+                            "after the first evaluation of each step (they repeat the recorded operators)",
+        "eval_forwards": "evaluation/sampling forward call(s) under no_grad/eval() ran unprofiled after the "
+                         "first few of each step (they repeat the recorded ones; labelled phase 'eval')",
+    }
+    for key, text in repeated.items():
+        hit = [s for s in steps if (s.unrecorded or {}).get(key)]
+        if hit:
+            total = sum(int(s.unrecorded[key]) for s in hit)
+            notes.append(f"step(s) {', '.join(str(s.index) for s in hit)}: {total:,} {text}")
     return notes
 
 

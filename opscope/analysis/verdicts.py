@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import yaml
 
-from opscope.matrix.judge import GOOD, RANK, Judge, Judgement
-from opscope.matrix.store import SupportMatrix, load_matrix, resolve_line
-from opscope.knowledge import backend_private_patterns, is_backend_private
-from opscope.matrix.torch_schema import load_torch_schema
+from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
+from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
+from opscope.knowledge import is_backend_private
+from opscope.matrix.torch_schema import load_torch_schema, schema_for
 from opscope.resources import support_matrix_dir
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
@@ -35,13 +34,8 @@ BAD = ("cpu-fallback", "unsupported", "unknown")
 
 @lru_cache(maxsize=None)
 def _data(name: str) -> dict:
-    path = support_matrix_dir() / name
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}) if path.is_file() else {}
-
-
-def private_patterns() -> list[str]:
-    return backend_private_patterns()
+    from opscope.knowledge import load
+    return load(name) if (support_matrix_dir() / name).is_file() else {}
 
 
 def resolve_target(target: str | None) -> str:
@@ -49,8 +43,24 @@ def resolve_target(target: str | None) -> str:
 
     Raises UserError naming the known versions for one the matrix does not have.
     """
-    matrix = load_matrix()
-    return matrix.release(resolve_line(matrix, target)).version
+    return resolve_release(load_matrix(), target).version
+
+
+def schema_of(release):
+    """(facts of the torch ``release`` was built for, note) - the installed torch's, with a note
+    saying so, when the matrix has none for it."""
+    schema = schema_for(release.torch)
+    if schema is not None:
+        return schema, None
+    installed = load_torch_schema()
+    if release.torch:
+        why = f"torch_npu {release.version} is built for torch {release.torch}, whose facts are not in the matrix"
+    elif not release.from_wheel:
+        why = f"torch_npu {release.version} has no wheel, so the torch it is built for is not known"
+    else:
+        why = f"the torch_npu {release.version} wheel does not pin a torch release"
+    return installed, (f"{why}: composite/structured facts from the installed {installed.source} instead "
+                       "(run `opscope matrix build --version V` to add them)")
 
 
 def substitute_for(name: str, verdict: str, release) -> dict | None:
@@ -75,7 +85,7 @@ def missing_requirements(requires: dict, release) -> list[str]:
 class _Context:
     """Operators of one scan by name: parents, observed children, and one judge."""
 
-    def __init__(self, operators, matrix: SupportMatrix, line: str):
+    def __init__(self, operators, matrix: SupportMatrix, release):
         self.by_name: dict = {}
         self.children: dict = {}
         for op in operators:
@@ -85,9 +95,11 @@ class _Context:
                 child = child.split(" (", 1)[0]  # the scan tags folded kernels "(backend-private)"
                 if child not in self.children[op.name] and not is_backend_private(child):
                     self.children[op.name].append(child)
-        self.matrix, self.line = matrix, line
-        self.release = matrix.release(line)
-        self.judge = Judge(matrix, load_torch_schema(), line, children_of=lambda n: self.children.get(n, []))
+        self.matrix, self.line = matrix, release.line
+        self.release = release
+        self.schema, self.schema_note = schema_of(release)
+        self.judge = Judge(matrix, self.schema, release.line, children_of=lambda n: self.children.get(n, []),
+                           release=release, schema_note=self.schema_note)
         self.namespaces = _data("substitutes.yaml").get("namespaces") or {}
         self._row_memo: dict = {}
         self._row_stack: set = set()
@@ -173,8 +185,7 @@ def assign_verdicts(operators, target: str | None) -> dict:
     Returns the ``target`` block of scan.json: ``{"package", "version", "line", "source", ...}``.
     """
     matrix = load_matrix()
-    line = resolve_line(matrix, target)
-    ctx = _Context(operators, matrix, line)
+    ctx = _Context(operators, matrix, resolve_release(matrix, target))
     for op in operators:
         op.verdict, op.evidence = _verdict(op, ctx)
         op.substitute = substitute_for(op.name, op.verdict, ctx.release)
@@ -183,10 +194,12 @@ def assign_verdicts(operators, target: str | None) -> dict:
             op.evidence["dtype_warnings"] = warnings
     release = ctx.release
     info = {"package": "torch_npu", "version": release.version, "line": release.line, "source": release.source,
-            "torch_schema": load_torch_schema().source,
+            "torch": release.torch, "torch_schema": ctx.schema.source,
             "op_plugin_commit": matrix.plugin_commit}
     if release.note:
         info["note"] = release.note
+    if ctx.schema_note:
+        info["torch_schema_note"] = ctx.schema_note
     return info
 
 
@@ -202,6 +215,16 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
                                   "judged_through": ancestor, "parent_verdict": judged_as}
     own = ctx.observed(op)
     evidence = dict(own.evidence)
+    if own.verdict in ("unsupported", "unknown") and op.parent and op.parent != op.name:
+        parent = ctx.intrinsic(op.parent, None)
+        if parent.evidence.get("decomposition") == FOREIGN_DECOMPOSITION:
+            return "not-applicable", {"rule": "other-torch-decomposition", "judged_through": op.parent,
+                                      "parent_verdict": parent.verdict,
+                                      "detail": f"part of how the scanning torch decomposes {op.parent}; "
+                                                f"{ctx.schema.source} (the torch torch_npu {ctx.release.version} "
+                                                "is built for) decomposes it differently, so this op does not "
+                                                "run there",
+                                      "own": {k: evidence[k] for k in ("rule", "dispatch") if evidence.get(k)}}
     cover = ctx.covering_kernel(op)
     if cover:
         parent, parent_judged = cover

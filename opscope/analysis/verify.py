@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
+# measured: --device cpu, the CPU's own numerics against float64, nothing judged
+OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 SUPPORTED_VERDICTS = ("native", "composite", "cpu-fallback")
 
@@ -26,10 +27,12 @@ def dtype_thresholds(dtype, standards: dict) -> dict:
 # ------------------------------------------------------------------ metrics
 
 def error_stats(actual, oracle, thresholds: dict) -> dict:
-    """Errors of ``actual`` against the float64 ``oracle`` (both any float dtype, same shape).
+    """msprobe benchmark metrics of ``actual`` against the float64 ``oracle`` (same shape).
 
-    Relative error divides by max(|oracle|, small_value) so near-zero golden values do not
-    blow it up (msprobe's small-value rule); small values are judged by absolute error.
+    As msprobe 26.2.0 computes them (compare/algorithm.py, precision_standard/
+    benchmark_compare.py): a value is small when |golden| <= small_value; small values are
+    judged by absolute error (``small_value_err``: share of them above small_value_atol);
+    relative error |err| / (|golden| + eps) and RMSE are over the other finite values.
     """
     import torch
     a = actual.detach().to("cpu", torch.float64).reshape(-1)
@@ -40,11 +43,10 @@ def error_stats(actual, oracle, thresholds: dict) -> dict:
     inf_nan_mismatch = int((~finite & ~same_special).sum())
     a_f, o_f = a[finite], o[finite]
     abs_err = (a_f - o_f).abs()
-    small_value = thresholds["small_value"]
-    denom = o_f.abs().clamp_min(small_value)
-    rel_err = abs_err / denom
-    small = o_f.abs() < small_value
+    small = o_f.abs() <= thresholds["small_value"]
     normal = ~small
+    rel_err = abs_err / (o_f.abs() + torch.finfo(torch.float64).eps)
+    rel_normal = rel_err[normal]
     norm_a, norm_o = float(a_f.norm()), float(o_f.norm())
     if norm_a == 0 and norm_o == 0:
         cosine = 1.0
@@ -52,27 +54,24 @@ def error_stats(actual, oracle, thresholds: dict) -> dict:
         cosine = 0.0
     else:
         cosine = float((a_f @ o_f) / (norm_a * norm_o))
-    count = max(int(finite.sum()), 1)
-    rms_oracle = float(o_f[normal].pow(2).mean().sqrt()) if bool(normal.any()) else 0.0
+    count = max(int(normal.sum()), 1)
     return {
         "numel": n,
         "cosine": cosine,
         "max_abs_err": float(abs_err.max()) if abs_err.numel() else 0.0,
-        "max_rel_err": float(rel_err.max()) if rel_err.numel() else 0.0,
-        "mean_rel_err": float(rel_err[normal].mean()) if bool(normal.any()) else 0.0,
-        "ratio_rel_err_lt_0_001": float((rel_err < 1e-3).sum()) / count if n else 1.0,
-        "ratio_rel_err_lt_0_005": float((rel_err < 5e-3).sum()) / count if n else 1.0,
+        "max_rel_err": float(rel_normal.max()) if rel_normal.numel() else 0.0,
+        "mean_rel_err": float(rel_normal.mean()) if rel_normal.numel() else 0.0,
+        "ratio_rel_err_lt_0_001": float((rel_normal < 1e-3).sum()) / count if rel_normal.numel() else 1.0,
+        "ratio_rel_err_lt_0_005": float((rel_normal < 5e-3).sum()) / count if rel_normal.numel() else 1.0,
         "rmse": float(abs_err[normal].pow(2).mean().sqrt()) if bool(normal.any()) else 0.0,
-        "small_value_err": (float((abs_err[small] > thresholds["small_value_atol"]).sum()) / max(int(small.sum()), 1)
+        "small_value_err": (float((abs_err[small] > thresholds["small_value_atol"]).sum()) / int(small.sum())
                             if bool(small.any()) else 0.0),
         "inf_nan_mismatch": inf_nan_mismatch,
-        "rms_oracle": rms_oracle,
-        "abs_threshold_violations": int(((rel_err > thresholds["rtol"]) & normal).sum()
-                                        + ((abs_err > thresholds["small_value_atol"]) & small).sum()),
     }
 
 
 PUBLIC_METRICS = ("cosine", "max_abs_err", "max_rel_err", "ratio_rel_err_lt_0_001", "ratio_rel_err_lt_0_005")
+RATIO_METRICS = ("small_value_err", "rmse", "max_rel_err", "mean_rel_err")
 
 
 # ------------------------------------------------------------------ standards
@@ -83,21 +82,32 @@ def _accuracy_reached(stats: dict, rule: dict) -> bool:
     return not (stats["cosine"] < rule["min_cosine"] and stats["max_abs_err"] > rule["max_abs_err_with_low_cosine"])
 
 
-def _benchmark(dev: dict, ref: dict, thresholds: dict, standards: dict) -> tuple[str, str]:
-    """msprobe benchmark method: device errors over CPU low-precision errors, per metric."""
+def api_level(base: str, standards: dict) -> str:
+    """msprobe's API level (L0 unless listed), which sets the benchmark thresholds."""
+    lists = standards["standards"]["benchmark"]["level_apis"]
+    for level in ("L2", "L1"):
+        if base in (lists.get(level) or []):
+            return level
+    return "L0"
+
+
+def benchmark_thresholds(base: str, standards: dict) -> dict:
     bench = standards["standards"]["benchmark"]
-    noise = bench.get("noise_ulps", 2) * thresholds["unit_roundoff"]
-    floors = {"small_value_err": 1.0 / max(dev["numel"], 1), "rmse": noise * max(ref["rms_oracle"], 1e-30),
-              "max_rel_err": noise, "mean_rel_err": noise}
+    return {"small_value_err": float(bench["small_value_err_ratio"]["threshold"]),
+            **{k: float(v) for k, v in bench["levels"][api_level(base, standards)].items()}}
+
+
+def _benchmark(base: str, dev: dict, ref: dict, thresholds: dict, standards: dict) -> tuple[str, str]:
+    """msprobe benchmark method: each device metric over the reference's (floored at min_err)."""
+    limits = benchmark_thresholds(base, standards)
+    floor = thresholds["min_err"]
     worst, notes = "pass", []
-    for metric, limits in bench["ratios"].items():
-        ratio = max(dev[metric], floors[metric]) / max(ref[metric], floors[metric])
+    for metric in RATIO_METRICS:
+        ratio = abs(dev[metric]) / max(abs(ref[metric]), floor)
         dev.setdefault("ratios", {})[metric] = round(ratio, 4)
-        status = "fail" if ratio > limits["fail"] else "warn" if ratio > limits["warn"] else "pass"
-        if _RANK[status] > _RANK[worst]:
-            worst = status
-        if status != "pass":
-            notes.append(f"{metric} {ratio:.3g}x the CPU's")
+        if ratio > limits[metric]:  # msprobe: error above the threshold, else pass
+            worst = "fail"
+            notes.append(f"{metric} {ratio:.3g}x the CPU's (limit {limits[metric]:g}, {api_level(base, standards)})")
     return worst, "; ".join(notes)
 
 
@@ -107,14 +117,14 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
     if device is None and reference is None:
         return {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
     if device is None or reference is None:
-        return {"outcome": "fail", "standard": "exact", "metrics": {},
+        return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": "the device returned no tensor where the CPU did" if device is None
                 else "the device returned a tensor where the CPU returned none"}
     if tuple(device.shape) != tuple(reference.shape):
-        return {"outcome": "fail", "standard": "exact", "metrics": {},
+        return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": f"shape {list(device.shape)} on the device, {list(reference.shape)} on the CPU"}
     if device.dtype != reference.dtype:
-        return {"outcome": "fail", "standard": "exact", "metrics": {},
+        return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": f"dtype {_dtype_key(device.dtype)} on the device, {_dtype_key(reference.dtype)} on the CPU"}
     if not (device.dtype.is_floating_point or device.dtype.is_complex) or is_index:
         mismatches = int((device != reference).sum())
@@ -124,26 +134,18 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
         if device.numel() and (device.dtype.is_floating_point or device.dtype in (torch.int64, torch.int32)):
             metrics["max_abs_err"] = float((device.double() - reference.double()).abs().max())
         message = "" if mismatches == 0 else f"{mismatches} of {device.numel()} elements differ"
-        return {"outcome": outcome, "standard": "exact", "metrics": metrics, "message": message}
+        return {"outcome": outcome, "standard": "binary", "metrics": metrics, "message": message}
     thresholds = dtype_thresholds(device.dtype, standards)
     golden = oracle if oracle is not None and tuple(oracle.shape) == tuple(device.shape) else None
     note = "" if golden is not None else "no float64 oracle for this op: judged against the CPU result"
     golden = golden if golden is not None else reference
     dev = error_stats(device, golden, thresholds)
     ref = error_stats(reference, golden, thresholds)
-    absolute_ops = standards["standards"]["absolute"].get("ops") or []
-    if base in absolute_ops and ref["abs_threshold_violations"] == 0 and ref["inf_nan_mismatch"] == 0:
-        standard = "absolute"
-        bad = dev["abs_threshold_violations"] + dev["inf_nan_mismatch"]
-        outcome = "pass" if bad == 0 else "fail"
-        message = "" if bad == 0 else (f"{bad} of {dev['numel']} elements outside rtol "
-                                       f"{thresholds['rtol']:g} / small-value atol {thresholds['small_value_atol']:g}")
+    standard = "benchmark"
+    if dev["inf_nan_mismatch"] > ref["inf_nan_mismatch"]:
+        outcome, message = "fail", f"{dev['inf_nan_mismatch']} inf/nan not where the CPU has them"
     else:
-        standard = "benchmark"
-        if dev["inf_nan_mismatch"] > ref["inf_nan_mismatch"]:
-            outcome, message = "fail", f"{dev['inf_nan_mismatch']} inf/nan not where the CPU has them"
-        else:
-            outcome, message = _benchmark(dev, ref, thresholds, standards)
+        outcome, message = _benchmark(base, dev, ref, thresholds, standards)
     rule = standards["accuracy_reached"]
     if outcome != "fail" and not _accuracy_reached(dev, rule) and _accuracy_reached(ref, rule):
         outcome = "fail"
@@ -152,10 +154,17 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
     message = "; ".join(m for m in (message, note) if m)
     metrics = {k: dev[k] for k in PUBLIC_METRICS}
     metrics.update({"rmse": dev["rmse"], "mean_rel_err": dev["mean_rel_err"], "numel": dev["numel"],
-                    "reference_max_rel_err": ref["max_rel_err"]})
+                    "small_value_err": dev["small_value_err"], "reference_max_rel_err": ref["max_rel_err"],
+                    "level": api_level(base, standards)})
     if "ratios" in dev:
         metrics["ratios"] = dev["ratios"]
     return {"outcome": outcome, "standard": standard, "metrics": metrics, "message": message}
+
+
+def measure_tensor(actual, oracle, standards: dict) -> dict:
+    """msprobe metrics of one result against the float64 oracle, nothing judged (the CPU's own numerics)."""
+    stats = error_stats(actual, oracle, dtype_thresholds(actual.dtype, standards))
+    return {k: stats[k] for k in (*PUBLIC_METRICS, "rmse", "mean_rel_err", "small_value_err", "numel")}
 
 
 def _tie_only(device_outs: list, reference: list, index_pos: int) -> bool:
@@ -168,7 +177,7 @@ def _tie_only(device_outs: list, reference: list, index_pos: int) -> bool:
 def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | None, standards: dict) -> dict:
     """Judge every output of one call; the worst outcome wins.  Metrics are the first float output's."""
     if len(device_outs) != len(reference):
-        return {"outcome": "fail", "standard": "exact", "metrics": {},
+        return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": f"{len(device_outs)} outputs on the device, {len(reference)} on the CPU"}
     index_ops = set((standards.get("index_outputs") or {}).get("ops") or [])
     worst = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
@@ -221,7 +230,7 @@ def summarise(rows: list[dict]) -> dict:
 
 def result_rows(verification: dict) -> list[dict]:
     """Flat rows for tables (terminal, HTML, XLSX): one per signature, worst first."""
-    order = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}
+    order = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}
     rows = []
     for r in (verification or {}).get("results", []):
         m = r.get("metrics") or {}

@@ -1,7 +1,8 @@
 """opscope.capture: run a script (or a block of code) under the profiler and record its operators.
 
 The package itself is callable, so ``opscope.capture(out=...)`` is the in-process API
-(see ``inprocess.py``) even after its submodules have been imported.
+(``opscope.api.capture``, which sits above the pipeline) even after its submodules have
+been imported; this lazy hook is the one place capture names something above it.
 """
 import sys
 import types
@@ -9,7 +10,7 @@ import types
 
 class _CallablePackage(types.ModuleType):
     def __call__(self, *args, **kwargs):
-        from opscope.capture.inprocess import capture
+        from opscope.api import capture
         return capture(*args, **kwargs)
 
 

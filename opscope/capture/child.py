@@ -1,6 +1,6 @@
 """Child-process entry: run the user's script as ``__main__`` under a CaptureSession.
 
-``python -m opscope.capture.child CONFIG.json``.  Running in a child keeps opscope
+``python -m opscope.scan_child CONFIG.json`` runs ``main`` with the analysis step.  Running in a child keeps opscope
 alive when the script crashes, calls ``sys.exit``, hangs or is killed: the parent
 always has the steps written so far plus ``capture/outcome.json`` (when the child could
 write it) to explain how the run ended.
@@ -45,35 +45,30 @@ def _resolve_device(requested: str) -> str:
     return resolve_device(requested)
 
 
-def _analyse(config, out_dir: Path, device, kind, code, message, where, session, write_outcome) -> None:
+def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where, session, write_outcome) -> None:
     """Analyse here, where torch is already imported: the parent then only reads scan.json.
 
+    ``analyse`` is ``opscope.pipeline.analyse_capture`` (injected by ``opscope.scan_child``).
     If this fails or is killed, the parent analyses the capture itself (slower, same result).
     """
     import time
-    from opscope.analysis.scan_result import build_scan_result
     from opscope.capture.runner import ChildOutcome
-    from opscope.report.csv_out import write_operators_csv
-    from opscope.report.json_out import write_scan_json
     try:
         from opscope.capture import ranks
         outcome = ChildOutcome(kind=kind, code=code, message=message, where=where,
                                steps=session.step_index if session else 0)
         in_memory = session is not None and not ranks.spawned()  # else: rank 0 captured into out_dir
-        result = build_scan_result(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
-                                   settings=config.get("settings", {}), outcome=outcome,
-                                   started_at=config.get("started_at"),
-                                   duration_s=time.time() - config.get("started_epoch", time.time()),
-                                   static_paths=[] if config.get("static", True) else None,
-                                   target=config.get("target"), capture=session.snapshot() if in_memory else None)
-        write_scan_json(result, out_dir / "scan.json")
-        write_operators_csv(result, out_dir / "operators.csv")
+        analyse(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
+                settings=config.get("settings", {}), outcome=outcome, started_at=config.get("started_at"),
+                duration_s=time.time() - config.get("started_epoch", time.time()),
+                static_paths=[] if config.get("static", True) else None,
+                target=config.get("target"), capture=session.snapshot() if in_memory else None)
         write_outcome(kind, code, message, where, analysed=True, device=device)
     except Exception:  # the parent will analyse; keep the reason for a bug report
         (out_dir / "capture" / "analysis_error.txt").write_text(traceback.format_exc(), encoding="utf-8")
 
 
-def main(config_path: str) -> int:
+def main(config_path: str, analyse=None) -> int:
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
     script = config["script"]
@@ -88,7 +83,7 @@ def main(config_path: str) -> int:
         tmp.replace(outcome_path)
 
     session = None
-    from opscope.capture.session import CaptureSession, StopScan
+    from opscope.capture.session import StopScan
     try:
         device = _resolve_device(config.get("device", "auto"))
     except Exception as exc:  # a UserError: the parent prints it as one line
@@ -138,7 +133,8 @@ def main(config_path: str) -> int:
         where = _user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1
-        message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+        from opscope.text import printable
+        message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
         where = _user_frame_summary(exc, script)
         tb_path = out_dir / "capture" / "script_traceback.txt"
         tb_path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
@@ -153,10 +149,10 @@ def main(config_path: str) -> int:
             write_outcome(kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()
-    if config.get("analyse", True):
-        _analyse(config, out_dir, device, kind, code, message, where, session, write_outcome)
+    if config.get("analyse", True) and analyse is not None:
+        _analyse(analyse, config, out_dir, device, kind, code, message, where, session, write_outcome)
         ranks.analyse_ranks(config, device, lambda folder, data, settings: _analyse(
-            dict(config, settings=settings), folder, device, data.get("kind"), data.get("code"), data.get("message", ""),
+            analyse, dict(config, settings=settings), folder, device, data.get("kind"), data.get("code"), data.get("message", ""),
             data.get("where"), None, lambda *a, **k: None))
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we

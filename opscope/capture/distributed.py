@@ -269,7 +269,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             path = folder / "capture" / "config.json"
             path.write_text(json.dumps(cfg, indent=1), encoding="utf-8")
             env = dict(child_env, **rank_env(rank, world))
-            proc = subprocess.Popen([sys.executable, "-m", "opscope.capture.child", str(path)], cwd=os.getcwd(),
+            proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
             procs[rank] = proc
             relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)

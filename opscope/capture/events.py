@@ -154,21 +154,35 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     A step that samples 500 tokens or evaluates an LBFGS closure 20 times repeats the same
     few hundred signatures at the same lines: keeping one record per call made capture
     memory grow with the length of the step.  Everything analysis reads (signature, line,
-    origin, phase, parent, children) is part of the key, so nothing it uses is lost.
+    origins, phase, parent, children) is part of the key, so nothing it uses is lost.
+    ``shared`` (kept across steps) makes equal lists, strings and numbers of later steps the
+    same objects, so a long scan does not hold one copy of each per step.
     """
     folded: dict[tuple, OpCall] = {}
+    shared = {} if shared is None else shared
     for c in calls:
-        key = (c.name, c.overload, _freeze(c.input_shapes), _freeze(c.dtypes), _freeze(c.scalars), c.phase,
-               c.parent, c.source, c.origin, c.origin_cause, c.device, c.thread, tuple(c.children),
-               _freeze(c.output_shapes))
+        shapes, dtypes, scalars = _freeze(c.input_shapes), _freeze(c.dtypes), _freeze(c.scalars)
+        children, origins = tuple(c.children), tuple(sorted(c.origins or ()))
+        key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
+               c.origin_cause, c.device, c.thread, children, _freeze(c.output_shapes), origins)
         kept = folded.get(key)
-        if kept is None:
-            folded[key] = c
+        if kept is not None:
+            kept.count += c.count
+            kept.self_time_us += c.self_time_us
+            kept.total_time_us += c.total_time_us
+            kept.device_time_us += c.device_time_us
             continue
-        kept.count += c.count
-        kept.self_time_us += c.self_time_us
-        kept.total_time_us += c.total_time_us
-        kept.device_time_us += c.device_time_us
+        folded[key] = c
+        c.input_shapes = shared.setdefault(("s", shapes), c.input_shapes)
+        c.dtypes = shared.setdefault(("d", dtypes), c.dtypes)
+        c.scalars = shared.setdefault(("c", scalars), c.scalars)
+        c.children = shared.setdefault(("k", children), c.children)
+        c.origins = shared.setdefault(("o", origins), list(origins))
+        for name in ("name", "phase", "parent", "source", "origin", "origin_cause", "device", "thread", "step"):
+            value = getattr(c, name)
+            if value is not None:
+                setattr(c, name, shared.setdefault(value, value))
+        c.seq_nr, c.start_us = -1, 0.0   # only needed while nesting this step's events
     return list(folded.values())
 
 

@@ -1,6 +1,6 @@
 """Parent side of a capture: start the child, watch it, enforce the timeout.
 
-The child (``opscope.capture.child``) writes steps as it goes; here we only wait,
+The child (``opscope.scan_child`` -> ``opscope.capture.child``) writes steps as it goes; here we only wait,
 show progress, and turn however the child ended into a ``ChildOutcome``.
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         child_env.update(dist_launch.launch_env(distributed, dist_launch.free_port()))
         if distributed["launcher"] == "torchrun":
             return dist_launch.run_ranks(config, child_env, timeout, progress)
-    cmd = [sys.executable, "-m", "opscope.capture.child", str(config_path)]
+    cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
     relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)

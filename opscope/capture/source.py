@@ -38,14 +38,9 @@ _NO_OP_FUNCS = frozenset({
 })
 
 
-def _load_knowledge() -> dict:
-    import yaml
-    from opscope.resources import support_matrix_dir
-    with open(support_matrix_dir() / "dynamic_shapes.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+from opscope.knowledge import load as _load  # noqa: E402
 
-
-KNOWLEDGE = _load_knowledge()
+KNOWLEDGE = _load("dynamic_shapes.yaml")
 # Python calls whose output shape depends on tensor *values* -> the ATen op they run.
 PYTHON_TO_ATEN: dict = KNOWLEDGE["python_to_aten"]
 _DATA_DEPENDENT = frozenset(k for k in PYTHON_TO_ATEN if k != "__getitem__")

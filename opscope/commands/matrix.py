@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from opscope.commands._args import non_empty
 from opscope.errors import UserError
 
 
@@ -12,7 +13,7 @@ def register(sub) -> None:
                        description="The support matrix lists, per torch_npu release line, the ATen overloads "
                                    "registered for the NPU (from the wheels' registration yaml), op-plugin's "
                                    "version ranges and the dtype failures of upstream tests.")
-    actions = p.add_subparsers(dest="matrix_action", metavar="{build,show}")
+    actions = p.add_subparsers(dest="matrix_action", metavar="{build,show,versions}")
     b = actions.add_parser("build", help="regenerate support_matrix/ from torch_npu wheels and op-plugin yaml",
                            description="Regenerate the committed matrix files from the real sources. "
                                        "Rebuilding from the same sources is byte-for-byte identical.")
@@ -23,15 +24,23 @@ def register(sub) -> None:
                    help="re-fetch every version already in the matrix (see support_matrix/versions/)")
     b.add_argument("--op-plugin", metavar="DIR",
                    help="folder with op_plugin_functions.yaml and unsupported_ops_info*.yaml")
+    b.add_argument("--torch-wheel", action="append", default=[], metavar="FILE",
+                   help="a torch wheel whose native_functions.yaml facts to add (repeatable); by default the "
+                        "torch each torch_npu release requires is fetched with pip when the matrix lacks it")
     b.add_argument("--wheel-cache", metavar="DIR", help="reuse/keep downloaded wheels in this folder")
     b.add_argument("--out", metavar="DIR", help="where to write (default: the package's support_matrix/)")
     s = actions.add_parser("show", help="an operator's verdict across torch_npu versions",
                            description="Print, for every release line in the matrix, how an operator runs on "
                                        "the NPU and why.  OP is e.g. aten::gelu, gelu, gelu.out or "
                                        "torch_npu's npu::npu_rms_norm.")
-    s.add_argument("op", help="operator, e.g. aten::gelu or aten::add.Tensor")
-    s.add_argument("--target", help="only this torch_npu version")
+    s.add_argument("op", type=non_empty, help="operator, e.g. aten::gelu or aten::add.Tensor (no overload: every overload)")
+    s.add_argument("--target", type=non_empty, help="only this torch_npu release (exact: 2.8.0 is not 2.8.0.post5; "
+                                    "a bare line, 2.8, is its newest release)")
     s.add_argument("--json", action="store_true", help="print the evidence as JSON")
+    v = actions.add_parser("versions", help="every torch_npu release in the matrix",
+                           description="List every exact torch_npu release the matrix has, with the torch it is "
+                                       "built for and how many ATen overloads it registers.")
+    v.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
@@ -40,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         return run_build(args)
     if args.matrix_action == "show":
         return run_show(args)
-    raise UserError("say what to do: `opscope matrix build ...` or `opscope matrix show aten::gelu`")
+    if args.matrix_action == "versions":
+        return run_versions(args)
+    raise UserError("say what to do: `opscope matrix build ...`, `opscope matrix show aten::gelu` "
+                    "or `opscope matrix versions`")
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -56,7 +68,11 @@ def run_build(args: argparse.Namespace) -> int:
     cache = Path(args.wheel_cache) if args.wheel_cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
-    written = build(out, wheels=args.wheel, versions=versions, op_plugin=args.op_plugin, download_dir=cache)
+    for wheel in args.torch_wheel:
+        if not Path(wheel).is_file():
+            raise UserError(f"torch wheel not found: {wheel}")
+    written = build(out, wheels=args.wheel, versions=versions, op_plugin=args.op_plugin, download_dir=cache,
+                    torch_wheels=args.torch_wheel, refresh_torch=args.refresh)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -71,38 +87,99 @@ def _parse_op(text: str) -> tuple[str, str | None]:
     return f"{ns}::{base}", (overload if dot else None)
 
 
+def show_rows(op_text: str, target: str | None = None) -> list[dict]:
+    """One row per (release, overload): the verdict and evidence a scan of that overload gets.
+
+    Without an overload in ``op_text`` every overload of the family is shown (those in the
+    torch the release is built for, and any the release registers).
+    """
+    from opscope.analysis.verdicts import assign_verdicts, schema_of
+    from opscope.matrix.store import load_matrix, resolve_release
+    from opscope.model import Operator
+    name, overload = _parse_op(op_text)
+    matrix = load_matrix()
+    releases = [resolve_release(matrix, target)] if target else list(matrix.releases.values())
+    base = name.rpartition("::")[2]
+    rows = []
+    for release in releases:
+        if overload is not None or not name.startswith("aten::"):
+            overloads = [overload]
+        else:
+            schema, _ = schema_of(release)
+            overloads = list(dict.fromkeys(schema.families.get(base, []) + release.families().get(base, [])))
+            overloads = sorted(overloads, key=lambda o: (o.endswith("out"), o)) or [None]
+        for ov in overloads:
+            op = Operator(name=name, overload=ov)
+            target_info = assign_verdicts([op], release.version)
+            rows.append({"op": name + (f".{ov}" if ov else ""), "overload": ov, "version": release.version,
+                         "line": release.line, "from_wheel": release.from_wheel, "torch": target_info.get("torch"),
+                         "verdict": op.verdict, "evidence": op.evidence, "substitute": op.substitute})
+    return rows
+
+
 def run_show(args: argparse.Namespace) -> int:
     import json
 
     from rich.console import Console
     from rich.table import Table
 
-    from opscope.analysis.verdicts import assign_verdicts
-    from opscope.matrix.store import load_matrix, resolve_line
-    from opscope.model import Operator
-    name, overload = _parse_op(args.op)
-    matrix = load_matrix()
-    lines = [resolve_line(matrix, args.target)] if args.target else matrix.lines
-    rows = []
-    for line in lines:
-        op = Operator(name=name, overload=overload)
-        assign_verdicts([op], line)
-        rows.append((matrix.release(line), op))
+    rows = show_rows(args.op, args.target)
     if args.json:
-        print(json.dumps([{"version": rel.version, "line": rel.line, "verdict": op.verdict, "evidence": op.evidence,
-                           "substitute": op.substitute} for rel, op in rows], indent=2))
+        print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"{name}{'.' + overload if overload else ''} on torch_npu", header_style="bold")
-    for col in ("torch_npu", "verdict", "why", "substitute"):
+    name, overload = _parse_op(args.op)
+    table = Table(title=f"{name}{'.' + overload if overload else ' (every overload)'} on torch_npu",
+                  header_style="bold")
+    for col in ("torch_npu", "overload", "verdict", "why", "substitute"):
         table.add_column(col, overflow="fold")
-    for rel, op in rows:
-        ev = op.evidence or {}
+    for row in rows:
+        ev = row["evidence"] or {}
         why = str(ev.get("rule", ""))
         if ev.get("path") and len(ev["path"]) > 1:
             why += "  path: " + " -> ".join(ev["path"])
         if ev.get("first_supported_in"):
             why += f"  (first supported in {ev['first_supported_in']})"
-        version = rel.version + ("" if rel.from_wheel else " (op-plugin only)")
-        table.add_row(version, op.verdict, why, (op.substitute or {}).get("replacement", "-"))
-    Console().print(table)
+        if ev.get("torch_schema_note"):
+            why += f"  [{ev['torch_schema_note']}]"
+        version = row["version"] + ("" if row["from_wheel"] else " (op-plugin only)")
+        table.add_row(version, row["op"], row["verdict"], why, (row["substitute"] or {}).get("replacement", "-"))
+    import sys
+    Console(width=None if sys.stdout.isatty() else 200).print(table)  # piped: no folding mid-word
+    return 0
+
+
+def run_versions(args: argparse.Namespace) -> int:
+    import json
+
+    from opscope.matrix.store import load_matrix
+    matrix = load_matrix()
+    rows, previous = [], None
+    for version in matrix.versions:
+        rel = matrix.exact[version]
+        differs = None
+        if previous is not None and previous.line == rel.line:
+            differs = len(set(previous.aten.items()) ^ set(rel.aten.items()))
+        rows.append({"version": version, "line": rel.line, "torch": rel.torch, "aten_overloads": len(rel.aten),
+                     "custom_ops": len(rel.custom), "newest_of_line": matrix.release(rel.line) is rel,
+                     "changed_vs_previous": differs})
+        previous = rel
+    for line, rel in matrix.releases.items():
+        if not rel.from_wheel:
+            rows.append({"version": rel.version, "line": line, "torch": None, "aten_overloads": len(rel.aten),
+                         "custom_ops": len(rel.custom), "newest_of_line": True, "changed_vs_previous": None,
+                         "note": rel.note})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'torch_npu':<16}{'torch':<9}{'aten':>6}{'custom':>8}  notes")
+    for row in rows:
+        notes = []
+        if row.get("note"):
+            notes.append("op-plugin yaml only (no wheel)")
+        if row["newest_of_line"] and not row.get("note"):
+            notes.append(f"newest of {row['line']} (target {row['line']})")
+        if row["changed_vs_previous"]:
+            notes.append(f"{row['changed_vs_previous']} registration(s) differ from the previous release")
+        print(f"{row['version']:<16}{row['torch'] or '-':<9}{row['aten_overloads']:>6}{row['custom_ops']:>8}  "
+              + "; ".join(notes))
     return 0

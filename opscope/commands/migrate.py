@@ -3,12 +3,16 @@
 Writes ``DIR/opscope-migrate.patch`` (unified diff, a/ b/ paths relative to the
 current directory), ``DIR/opscope-migrate.md`` (what changed, what was left and why)
 and the patched copies under ``DIR/<same relative path>``.  The user's files are
-never modified.
+never modified: a symbolic link leading out of the project is not followed, a copy that
+would land on an input file is refused, and every file is written atomically (a link at
+the destination is replaced, never written through).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from opscope.atomic import write_atomic
 from opscope.errors import EXIT_USAGE, UserError
 
 PATCH_NAME = "opscope-migrate.patch"
@@ -37,25 +41,59 @@ def run(args) -> int:
         if not path.exists():
             raise UserError(f"path not found: {path} (give a Python file or a project folder)", EXIT_USAGE)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder for the patch and the patched copies", EXIT_USAGE)
     root = Path(args.root) if args.root else None
     if root is not None and not root.is_dir():
         raise UserError(f"--root {root} is not a folder", EXIT_USAGE)
+    _prepare_out(out)
     try:
         migration = plan_migration(paths, root=root, exclude=out)
     except ValueError as exc:  # a path outside --root
         raise UserError(f"{exc}; choose a --root that contains every PATH", EXIT_USAGE) from None
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PATCH_NAME).write_text(migration.diff(), encoding="utf-8", newline="")
-    (out / REPORT_NAME).write_text(render_report(migration), encoding="utf-8")
-    for f in migration.changed_files:
-        target = out / f.rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f.patched, encoding="utf-8", newline="")
+    targets = _copy_targets(migration, out)
+    try:
+        write_atomic(out / PATCH_NAME, migration.diff(), newline="")
+        write_atomic(out / REPORT_NAME, render_report(migration))
+        for f, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(target, f.patched, newline="")
+    except OSError as exc:
+        raise UserError(f"cannot write into --out {out} ({exc.strerror or exc}); choose a writable folder",
+                        EXIT_USAGE) from None
     if not args.quiet:
         _print_summary(migration, out)
     return 0
+
+
+def _prepare_out(out: Path) -> None:
+    """Create --out, or fail with exit 2 before any work if it cannot hold the results."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the patch and the patched copies", EXIT_USAGE)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create --out {out} ({exc.strerror or exc}); choose a writable folder",
+                        EXIT_USAGE) from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out} is not writable; choose a writable folder", EXIT_USAGE)
+
+
+def _copy_targets(migration, out: Path) -> list:
+    """Where each patched copy goes, refusing any that would land on an input file or
+    outside --out (through a linked folder); checked for all before anything is written."""
+    out_real = out.resolve()
+    inputs = {f.path.resolve() for f in migration.files if f.path.exists()}
+    targets = []
+    for f in migration.changed_files:
+        target = out / f.rel
+        real = target.parent.resolve() / target.name
+        if real in inputs or target.resolve() in inputs:
+            raise UserError(f"--out {out} would overwrite your file {f.path}; choose a folder outside "
+                            "the project for the patched copies", EXIT_USAGE)
+        if not real.is_relative_to(out_real):
+            raise UserError(f"--out {out}: {f.rel} would be written outside it (through a linked folder); "
+                            "choose another --out", EXIT_USAGE)
+        targets.append((f, target))
+    return targets
 
 
 def _print_summary(migration, out: Path) -> None:

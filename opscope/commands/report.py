@@ -27,10 +27,16 @@ def run(args) -> int:
         formats = parse_formats(args.format)
     except ValueError as exc:
         raise UserError(f"--format: {exc}", EXIT_USAGE) from None
+    from opscope.atomic import ensure_out_dir, write_failed
     from opscope.report.json_out import read_scan_json
     result = read_scan_json(Path(args.run_dir))
     run_dir = Path(args.run_dir)
     out_dir = Path(args.output_dir) if args.output_dir else (run_dir if run_dir.is_dir() else run_dir.parent)
-    for path in write_reports(result, out_dir, formats):
+    ensure_out_dir(out_dir, "--output-dir" if args.output_dir else "the run folder")
+    try:
+        written = write_reports(result, out_dir, formats)
+    except OSError as exc:
+        raise write_failed(out_dir, exc) from None
+    for path in written:
         print(path)
     return 0

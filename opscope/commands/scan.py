@@ -6,6 +6,7 @@ import datetime as _dt
 import time
 from pathlib import Path
 
+from opscope.commands._args import finite_float, non_empty, positive_float
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
 
 DEFAULT_STEPS = 5
@@ -23,7 +24,7 @@ def register(sub) -> None:
                    help="first K steps are warm-up: shape changes are judged against step K+1 (default 0)")
     p.add_argument("--out", default="opscope-out", help="output folder (default opscope-out/)")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda|npu (default auto)")
-    p.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
+    p.add_argument("--timeout", type=positive_float, default=None, help="stop the script after this many seconds")
     p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
                    help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
                         "loss.backward(), or a top-level module forward call (inference loops)")
@@ -35,8 +36,8 @@ def register(sub) -> None:
                    help="ranks of a distributed script (default 2); also what torch.cuda.device_count() returns")
     p.add_argument("--ranks", default="0",
                    help="ranks to capture: 0 (default; into --out), all, or a list such as 0,1 (rank N into OUT/rankN)")
-    p.add_argument("--target", default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
-    p.add_argument("--fail-under", type=float, default=None, help="exit 5 if the readiness score is below this")
+    p.add_argument("--target", type=non_empty, default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
+    p.add_argument("--fail-under", type=finite_float, default=None, help="exit 5 if the readiness score is below this")
     p.add_argument("--format", default="html,xlsx", help="reports besides scan.json/operators.csv (html,xlsx,md,sarif)")
     p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
     p.add_argument("--no-traces", action="store_true", help="do not keep the per-step Chrome traces")
@@ -60,6 +61,21 @@ def _check_out(out: Path) -> None:
         raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
 
 
+def _check_compiles(script: Path) -> None:
+    """Fail in well under a second, naming the line, instead of starting a child that cannot run it."""
+    from opscope.schema import regular_file
+    regular_file(script, "training script")
+    try:
+        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise UserError(f"{script}:{exc.lineno or '?'}: {exc.msg}: the script does not compile; fix it "
+                        "(python -m py_compile shows the same error)") from None
+    except ValueError as exc:   # NUL bytes: a binary file
+        raise UserError(f"{script} is not Python source ({exc}); give the training script") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
+
+
 def _formats(spec: str) -> list[str]:
     known = {"html", "xlsx", "md", "json", "sarif"}
     formats = [f.strip().lower() for f in spec.split(",") if f.strip()]
@@ -81,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if script.is_dir() or script.suffix not in (".py", ""):
         raise UserError(f"{script} is not a Python script; give the training script (e.g. train.py), "
                         "or use --static-only to scan a folder")
+    _check_compiles(script)
     if args.steps < 1:
         raise UserError("--steps must be at least 1")
     if args.warmup < 0 or args.warmup >= args.steps:
@@ -135,17 +152,13 @@ def run(args: argparse.Namespace) -> int:
             result = read_scan_json(out / "scan.json")
         except UserError:
             result = None
+    from opscope.pipeline import analyse_capture, write_reports
     if result is None:  # the child could not analyse (killed, crashed): do it here
-        from opscope.analysis.scan_result import build_scan_result
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        result = build_scan_result(out, script=str(script), argv=args.script_args,
-                                   device=outcome.extra.get("device", args.device), settings=settings,
-                                   outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                                   static_paths=[], target=args.target)
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    written = _write_outputs(result, out, formats, tables=False)
+        result = analyse_capture(out, script=str(script), argv=args.script_args,
+                                 device=outcome.extra.get("device", args.device), settings=settings,
+                                 outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                                 static_paths=[], target=args.target)
+    written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
     if not args.quiet:
         from opscope.report.terminal import print_summary
         print_summary(result, Console())
@@ -161,23 +174,6 @@ def run(args: argparse.Namespace) -> int:
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
-
-
-def _write_outputs(result, out: Path, formats: list[str], tables: bool = True) -> list[Path]:
-    written = [out / "scan.json", out / "operators.csv"]
-    if tables:  # pandas is only imported when the tables are written here
-        from opscope.report.csv_out import write_operators_csv
-        from opscope.report.json_out import write_scan_json
-        write_scan_json(result, out / "scan.json")
-        write_operators_csv(result, out / "operators.csv")
-    if "sarif" in formats:
-        from opscope.report.sarif import write_sarif
-        written.append(write_sarif(result.findings, out / "findings.sarif") or out / "findings.sarif")
-    report_formats = [f for f in formats if f in ("html", "xlsx", "md")]
-    if report_formats:
-        from opscope.report.render import write_reports
-        written.extend(write_reports(result, out, formats=tuple(report_formats)))
-    return written
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:

@@ -8,9 +8,10 @@
 """
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
+from opscope.commands._args import non_negative_float, positive_float
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
 
 
@@ -27,10 +28,10 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="auto", help="npu|cuda|cpu (default auto: npu, else cuda, else cpu)")
     p.add_argument("--e2e", metavar="SCRIPT", help="also run SCRIPT on the CPU and on --device and compare losses")
     p.add_argument("--steps", type=int, default=5, help="e2e: steps to run and compare (default 5)")
-    p.add_argument("--rtol", type=float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
-    p.add_argument("--atol", type=float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
+    p.add_argument("--rtol", type=non_negative_float, default=1e-2, help="e2e: relative loss tolerance per step (default 0.01)")
+    p.add_argument("--atol", type=non_negative_float, default=1e-3, help="e2e: absolute loss tolerance per step (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and for both e2e runs (default 0)")
-    p.add_argument("--timeout", type=float, default=None, help="e2e: stop each run after this many seconds")
+    p.add_argument("--timeout", type=positive_float, default=None, help="e2e: stop each run after this many seconds")
     p.add_argument("--out", default=None, help="e2e: folder for the two runs and e2e.json "
                                                "(default RUN_DIR/e2e, or opscope-e2e/)")
     p.add_argument("--only", action="append", metavar="OP", help="only ops whose name contains OP (repeatable)")
@@ -72,14 +73,25 @@ def run(args) -> int:
         from opscope.report.json_out import read_scan_json
         scan_path = Path(args.run_dir) / "scan.json" if Path(args.run_dir).is_dir() else Path(args.run_dir)
         scan = read_scan_json(scan_path)
+        _check_writable(scan_path)   # before the long replay, not after it
+    if args.e2e:
+        from opscope.atomic import ensure_out_dir
+        from opscope.commands.scan import _check_compiles
+        if not Path(args.e2e).is_file():
+            raise UserError(f"--e2e script not found: {args.e2e}")
+        _check_compiles(Path(args.e2e))
+        e2e_out = ensure_out_dir(Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path
+                                                                  else Path("opscope-e2e")), "--out")
+    if args.run_dir:
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
+        subs = verification.get("substitute_counts") or {}
+        failed |= subs.get("fail", 0) > 0 or subs.get("error", 0) > 0  # a suggested substitute is not equivalent
         if not args.e2e and (scan.verification or {}).get("e2e"):
             verification["e2e"] = scan.verification["e2e"]  # keep an earlier e2e pass
     if args.e2e:
         from opscope.replay.e2e import run_e2e
-        out = Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path else Path("opscope-e2e"))
-        e2e = run_e2e(args.e2e, list(args.script_args or []), out, device=device, steps=args.steps,
+        e2e = run_e2e(args.e2e, list(args.script_args or []), e2e_out, device=device, steps=args.steps,
                       seed=args.seed, rtol=args.rtol, atol=args.atol, timeout=args.timeout, console=console)
         if not args.quiet:
             from opscope.report.verify_terminal import print_e2e
@@ -92,7 +104,14 @@ def run(args) -> int:
     if scan is not None:
         from opscope.report.json_out import write_scan_json
         scan.verification = verification
-        write_scan_json(scan, scan_path)
+        try:
+            write_scan_json(scan, scan_path)
+        except OSError as exc:   # the replay's results are not lost: they go to a temp file instead
+            import tempfile
+            kept = Path(tempfile.mkdtemp(prefix="opscope-verify-")) / "scan.json"
+            write_scan_json(scan, kept)
+            raise UserError(f"cannot rewrite {scan_path} ({exc.strerror or exc}); the results were saved to "
+                            f"{kept}: copy that file over it") from None
         console.print(f"verification written to {scan_path}")
     return EXIT_VERIFY_FAILED if failed else 0
 
@@ -111,7 +130,8 @@ def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
     return verification
 
 
-def load_verification(run_dir) -> dict | None:
-    """The ``verification`` block of a run directory's scan.json (None before `opscope verify`)."""
-    path = Path(run_dir) / "scan.json"
-    return json.loads(path.read_text(encoding="utf-8")).get("verification")
+def _check_writable(scan_path: Path) -> None:
+    """verify rewrites scan.json (atomically, so its folder must take a new file)."""
+    if not os.access(scan_path.parent, os.W_OK | os.X_OK) or not os.access(scan_path, os.W_OK):
+        raise UserError(f"{scan_path} cannot be rewritten (no write permission); verify stores its results "
+                        "there: copy the run folder somewhere writable")

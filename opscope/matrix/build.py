@@ -4,8 +4,13 @@ Nothing in the matrix is typed by hand: every fact comes from
 
 * a torch_npu wheel (``torch_npu/csrc/aten/npu_native_functions.yaml`` - hand-registered
   ops - and ``npu_native_functions_by_codegen.yaml`` - the op-plugin ops compiled into
-  that wheel - plus the public names of ``torch_npu.contrib``), one file per release
-  line: ``versions/torch_npu-<line>.txt``;
+  that wheel - plus the public names of ``torch_npu.contrib``, and the torch release it
+  requires), per exact release: the newest release of a line in full in
+  ``versions/torch_npu-<line>.txt``, every other release of that line (2.8.0, 2.8.0.post2...)
+  as its differences from that one in ``versions/releases-<line>.txt``;
+* the ``native_functions.yaml`` (``torchgen/packaged``) of each torch release a torch_npu
+  release was built for: ``versions/torch_schema.txt`` (the newest torch in full, older ones
+  as differences);
 * op-plugin's ``op_plugin_functions.yaml`` (every overload with the torch_npu lines it is
   implemented for, ``structured_inherit`` links): ``versions/op_plugin.txt``; it also covers lines
   that have no wheel on PyPI (2.2, and newer lines before their release);
@@ -92,6 +97,17 @@ def wheel_version(path: Path) -> str:
     return m.group(1)
 
 
+_TORCH_REQ = re.compile(r"^Requires-Dist:\s*torch\s*\(?\s*==\s*([0-9][0-9.]*[0-9])", re.M)
+
+
+def wheel_torch(path: Path) -> str | None:
+    """The torch release a torch_npu wheel requires ('torch==2.8.0+cpu' -> '2.8.0'), None if unpinned."""
+    with zipfile.ZipFile(path) as zf:
+        meta = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        m = _TORCH_REQ.search(zf.read(meta[0]).decode("utf-8", "replace")) if meta else None
+    return m.group(1) if m else None
+
+
 def wheel_facts(path: Path) -> tuple[str, list[str]]:
     """(version, fact lines) of one torch_npu wheel."""
     version = wheel_version(path)
@@ -112,13 +128,95 @@ def wheel_facts(path: Path) -> tuple[str, list[str]]:
     return version, sorted(lines)
 
 
-def render_version_file(version: str, lines: list[str]) -> str:
+def render_version_file(version: str, lines: list[str], torch: str | None = None) -> str:
     head = [f"# torch_npu {version}: operators registered for the NPU (release line {release_line(version)})",
             "# from the wheel's torch_npu/csrc/aten/npu_native_functions*.yaml and torch_npu/contrib/__init__.py",
             f"# regenerate: opscope matrix build --version {version}   (do not edit by hand)",
             "# kind name origin:section[,...]",
-            f"version {version}"]
+            f"version {version}"] + ([f"torch {torch}"] if torch else [])
     return "\n".join(head + lines) + "\n"
+
+
+def version_key(version: str):
+    """Order of torch_npu/torch versions: 2.8.0 < 2.8.0.post2 < 2.8.0.post5 < 2.9.0."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise UserError(f"not a version: {version!r}") from None
+
+
+def render_release_diffs(line: str, base: str, base_lines: list[str], others: dict) -> str:
+    """Every other release of a line as differences from its newest (``base``) release.
+
+    ``others``: version -> (torch, fact lines).  '+ kind name origins' is a registration of that
+    release that the base lacks or records differently; '- kind name' one the base has and it lacks.
+    """
+    head = [f"# torch_npu {line} releases other than {base}: each one's differences from torch_npu-{line}.txt",
+            "# regenerate: opscope matrix build --version V   (do not edit by hand)",
+            "# release VERSION [torch T], then '+ kind name origin:section[,...]' (registered differently or only"
+            " here) and '- kind name' (registered in the base release, not here)"]
+    base_map = {" ".join(l.split()[:2]): l for l in base_lines}
+    body = []
+    for version in sorted(others, key=version_key):
+        torch, lines = others[version]
+        mine = {" ".join(l.split()[:2]): l for l in lines}
+        body.append(f"release {version}" + (f" torch {torch}" if torch else ""))
+        changes = [f"+ {l}" for k, l in mine.items() if base_map.get(k) != l]
+        changes += [f"- {k}" for k in base_map if k not in mine]
+        body += sorted(changes, key=lambda c: (c[2:].split()[:2], c[0]))
+    return "\n".join(head + body) + "\n"
+
+
+def read_line_releases(versions_dir: Path, line: str) -> dict:
+    """version -> (torch, fact lines) of every release of a line in the committed files."""
+    base_file = Path(versions_dir) / f"torch_npu-{line}.txt"
+    if not base_file.is_file():
+        return {}
+    version, torch, base_lines = None, None, []
+    for raw in base_file.read_text(encoding="utf-8").splitlines():
+        if not raw or raw.startswith("#"):
+            continue
+        if raw.startswith("version "):
+            version = raw.split()[1]
+        elif raw.startswith("torch "):
+            torch = raw.split()[1]
+        else:
+            base_lines.append(raw)
+    out = {version: (torch, sorted(base_lines))}
+    diff_file = Path(versions_dir) / f"releases-{line}.txt"
+    if diff_file.is_file():
+        base_map = {" ".join(l.split()[:2]): l for l in base_lines}
+        current = None
+        for raw in diff_file.read_text(encoding="utf-8").splitlines():
+            if not raw or raw.startswith("#"):
+                continue
+            parts = raw.split()
+            if parts[0] == "release":
+                current = dict(base_map)
+                out[parts[1]] = (parts[3] if len(parts) > 3 else None, current)
+            elif parts[0] == "+":
+                current[" ".join(parts[1:3])] = " ".join(parts[1:])
+            elif parts[0] == "-":
+                current.pop(" ".join(parts[1:3]), None)
+        out = {v: (t, sorted(m.values()) if isinstance(m, dict) else m) for v, (t, m) in out.items()}
+    return out
+
+
+def write_line(out_dir: Path, line: str, releases: dict) -> list[Path]:
+    """(Re)write the files of one release line from version -> (torch, fact lines)."""
+    versions_dir = Path(out_dir) / "versions"
+    versions_dir.mkdir(parents=True, exist_ok=True)
+    base = max(releases, key=version_key)
+    torch, base_lines = releases[base]
+    written = [_write(versions_dir / f"torch_npu-{line}.txt", render_version_file(base, base_lines, torch))]
+    others = {v: r for v, r in releases.items() if v != base}
+    diff_file = versions_dir / f"releases-{line}.txt"
+    if others:
+        written.append(_write(diff_file, render_release_diffs(line, base, base_lines, others)))
+    elif diff_file.is_file():
+        diff_file.unlink()
+    return written
 
 
 # ---- op-plugin yaml ---------------------------------------------------------------------
@@ -227,11 +325,29 @@ def build_op_plugin(op_plugin_dir: Path, out_dir: Path) -> list[Path]:
     return written
 
 
+def build_wheels(wheels: list, out_dir: Path) -> tuple[list[Path], set]:
+    """Add (or replace) the facts of these wheels' releases in their lines' files.
+
+    Returns the files written and the torch releases those torch_npu releases require.
+    """
+    by_line: dict = {}
+    torches = set()
+    for wheel in wheels:
+        version, lines = wheel_facts(Path(wheel))
+        torch = wheel_torch(Path(wheel))
+        if torch:
+            torches.add(torch)
+        by_line.setdefault(release_line(version), {})[version] = (torch, lines)
+    written = []
+    for line, new in sorted(by_line.items(), key=lambda kv: line_key(kv[0])):
+        releases = read_line_releases(Path(out_dir) / "versions", line)
+        releases.update(new)
+        written += write_line(out_dir, line, releases)
+    return written, torches
+
+
 def build_wheel(wheel: Path, out_dir: Path) -> Path:
-    version, lines = wheel_facts(Path(wheel))
-    (out_dir / "versions").mkdir(parents=True, exist_ok=True)
-    return _write(out_dir / "versions" / f"torch_npu-{release_line(version)}.txt",
-                  render_version_file(version, lines))
+    return build_wheels([wheel], out_dir)[0][0]
 
 
 def download_wheel(version: str, dest: Path) -> Path:
@@ -248,27 +364,30 @@ def download_wheel(version: str, dest: Path) -> Path:
 
 
 def committed_versions(out_dir: Path) -> list[str]:
-    """Exact wheel versions of the committed per-line files (for --refresh)."""
+    """Exact wheel versions of every release in the committed files (for --refresh)."""
     versions = []
     for path in sorted((Path(out_dir) / "versions").glob("torch_npu-*.txt")):
-        for line in path.read_text().splitlines():
-            if line.startswith("version "):
-                versions.append(line.split()[1])
-                break
-    return versions
+        line = path.stem.split("-", 1)[1]
+        versions += list(read_line_releases(path.parent, line))
+    return sorted(versions, key=version_key)
 
 
 def build(out_dir: Path, wheels=(), versions=(), op_plugin: Path | None = None,
-          download_dir: Path | None = None) -> list[Path]:
+          download_dir: Path | None = None, torch_facts: bool = True, torch_wheels=(),
+          refresh_torch: bool = False) -> list[Path]:
     """Regenerate matrix files from wheel files, versions fetched with pip, and/or the op-plugin folder."""
     out_dir = Path(out_dir)
-    written = [build_wheel(Path(w), out_dir) for w in wheels]
-    if versions:
-        with tempfile.TemporaryDirectory(prefix="opscope-wheels-") as tmp:
-            where = Path(download_dir or tmp)
-            for version in versions:
-                cached = [p for p in where.glob("torch_npu-*.whl") if wheel_version(p) == version]
-                written.append(build_wheel(cached[0] if cached else download_wheel(version, where), out_dir))
+    with tempfile.TemporaryDirectory(prefix="opscope-wheels-") as tmp:
+        where = Path(download_dir or tmp)
+        files = [Path(w) for w in wheels]
+        for version in versions:
+            cached = [p for p in where.glob("torch_npu-*.whl") if wheel_version(p) == version]
+            files.append(cached[0] if cached else download_wheel(version, where))
+        written, torches = build_wheels(files, out_dir) if files else ([], set())
+        if (torches and torch_facts) or torch_wheels:
+            from opscope.matrix.torch_schema import build_torch_schema
+            written += build_torch_schema(out_dir, torches if torch_facts else (), where, torch_wheels=torch_wheels,
+                                          refresh=refresh_torch)
     if op_plugin is not None:
         written += build_op_plugin(Path(op_plugin), out_dir)
     return written

@@ -22,6 +22,7 @@ from opscope.matrix.torch_schema import TorchSchema
 
 RANK = {"native": 0, "composite": 1, "not-applicable": 1, "unknown": 2, "cpu-fallback": 3, "unsupported": 4}
 GOOD = ("native", "composite")
+FOREIGN_DECOMPOSITION = "observed under another torch; not this torch's path"
 
 
 @dataclass
@@ -37,9 +38,12 @@ class Judge:
     """Memoised judgements for one release line; ``children_of`` gives observed decompositions."""
 
     def __init__(self, matrix: SupportMatrix, schema: TorchSchema, line: str,
-                 children_of: Callable[[str], list] | None = None):
+                 children_of: Callable[[str], list] | None = None, release=None, schema_note: str | None = None):
+        """``release``: the exact torch_npu release (default: the line's newest); ``schema``: the
+        facts of the torch it was built for; ``schema_note`` says so when they are another torch's."""
         self.matrix, self.schema, self.line = matrix, schema, line
-        self.release = matrix.release(line)
+        self.release = release or matrix.release(line)
+        self.schema_note = schema_note
         self.children_of = children_of or (lambda name: [])
         self._memo: dict = {}
         self._stack: set = set()
@@ -70,8 +74,11 @@ class Judge:
 
     # ---- internals -----------------------------------------------------------------
     def _base_evidence(self) -> dict:
-        return {"list": "torch_npu registrations" if self.release.from_wheel else "op-plugin yaml",
-                "version": self.release.version}
+        evidence = {"list": "torch_npu registrations" if self.release.from_wheel else "op-plugin yaml",
+                    "version": self.release.version, "torch_schema": self.schema.source}
+        if self.schema_note:
+            evidence["torch_schema_note"] = self.schema_note
+        return evidence
 
     def _judge(self, name: str, overload: str | None, observed=None) -> Judgement:
         base = name.split("::", 1)[1] if "::" in name else name
@@ -84,9 +91,9 @@ class Judge:
                 return Judgement("native", {**self._base_evidence(), "rule": "registered",
                                             "matched": [_key(base, o) for o in overloads]})
             return Judgement("unknown", {**self._base_evidence(), "rule": "not-in-torch-schema",
-                                                                                  "detail": f"{name} is neither in {self.schema.source} nor registered "
-                                                   f"in torch_npu {self.release.version}: cannot judge it"},
-                            "decomposes")
+                                         "detail": f"{name} is neither in {self.schema.source} nor registered "
+                                                   f"in torch_npu {self.release.version}: cannot judge it"
+                                                   + self._newer_torch_hint(base)}, "decomposes")
         judged = [(o, self._judge_overload(name, base, o, observed)) for o in candidates]
         best_overload, best = min(judged, key=lambda oj: RANK[oj[1].verdict])
         evidence = dict(best.evidence)
@@ -112,7 +119,8 @@ class Judge:
         checked = [f"{self.release.source}: {key} not registered"] + self._plugin_status(key)
         if info is None:
             return Judgement("unknown", {**self._base_evidence(), "rule": "not-in-torch-schema", "checked": checked,
-                                         "detail": f"{key} is not in {self.schema.source}"}, "decomposes")
+                                         "detail": f"{key} is not in {self.schema.source}"
+                                                   + self._newer_torch_hint(base)}, "decomposes")
         plugin = self.matrix.plugin.get(key)
         delegate = info.structured_delegate or (plugin.inherit if plugin else None)
         if delegate:
@@ -161,6 +169,17 @@ class Judge:
         worst_name, worst = max(results, key=lambda r: RANK[r[1].verdict])
         evidence["children"] = {c: j.verdict for c, j in results}
         evidence["decomposition"] = how
+        if worst.verdict in ("unsupported", "unknown") and how == "observed in the scan" and self._foreign_schema():
+            # The scan ran another torch.  On the torch this release is built for, a child with no CPU
+            # kernel (or absent) cannot be on the CPU path of this composite op, so that torch decomposes
+            # it differently: the observed children say nothing about it.
+            evidence["detail"] = (f"{key} is implemented with other operators for every backend; the decomposition "
+                                  f"observed under the scanning torch goes through {worst_name}, which "
+                                  f"{self.schema.source} has no CPU path for, so that torch decomposes it "
+                                  "differently: its children are not checked")
+            evidence["decomposition"] = FOREIGN_DECOMPOSITION
+            evidence["path"] = [key]
+            return Judgement("composite", evidence, "decomposes")
         if worst.verdict in GOOD:
             evidence["path"] = [key] + [c for c, _ in results]
             return Judgement("composite", evidence, "decomposes")
@@ -195,6 +214,19 @@ class Judge:
             evidence["registered_in_lines"] = elsewhere
         return Judgement(verdict, evidence, "kernel")
 
+    def _foreign_schema(self) -> bool:
+        from opscope.matrix.torch_schema import load_torch_schema
+        return load_torch_schema().source != self.schema.source
+
+    def _newer_torch_hint(self, base: str) -> str:
+        """When the scanning torch has the op but the torch this release is built for does not."""
+        from opscope.matrix.torch_schema import load_torch_schema
+        installed = load_torch_schema()
+        if installed.source == self.schema.source or base not in installed.families:
+            return ""
+        return (f" (the torch torch_npu {self.release.version} is built for); the scanning {installed.source} "
+                "has it: with that torch the calling code takes another path or fails - check the API exists there")
+
     def _plugin_status(self, key: str) -> list[str]:
         entry = self.matrix.plugin.get(key)
         if entry is None:
@@ -205,10 +237,12 @@ class Judge:
                 f"op_api={entry.op_api or '-'})"]
 
     def _first_supported_after(self, key: str) -> str | None:
-        from opscope.matrix.build import line_key
-        for line, release in self.matrix.releases.items():
-            if line_key(line) > line_key(self.line) and key in release.aten and release.from_wheel:
-                return f"torch_npu {release.version}"
+        """The first exact release after this one that registers ``key`` (a post-release counts)."""
+        from opscope.matrix.build import version_key
+        mine = version_key(self.release.version)
+        for version in self.matrix.versions:
+            if version_key(version) > mine and key in self.matrix.exact[version].aten:
+                return f"torch_npu {version}"
         return None
 
 

@@ -1,6 +1,7 @@
 """Load the committed support matrix (``support_matrix/``) into lookup tables.
 
-One ``Release`` per torch_npu release line.  Lines with a wheel on PyPI come from that
+One ``Release`` per exact torch_npu release (2.8.0, 2.8.0.post2 ... 2.8.0.post5: ``exact``)
+and, per release line, its newest release (``releases``).  Lines with a wheel on PyPI come from that
 wheel's registration yaml; lines that only op-plugin's yaml knows (2.2, newer lines
 before their release) are built from op-plugin's version ranges plus the hand-registered
 core ops (view, copy_, empty...) of the nearest wheel, and say so in ``note``.
@@ -12,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from opscope.errors import UserError
-from opscope.matrix.build import line_key, release_line
+from opscope.matrix.build import line_key, read_line_releases, release_line, version_key
 from opscope.resources import support_matrix_dir
 
 _ATEN_SECTIONS = ("official", "autograd", "symint", "quant")
@@ -29,6 +30,7 @@ class Release:
     contrib: set = field(default_factory=set)    # torch_npu.contrib public names
     note: str | None = None
     from_wheel: bool = True
+    torch: str | None = None       # the torch release the wheel requires (its METADATA), if pinned
 
     def families(self) -> dict[str, list[str]]:
         """base name -> registered overloads ('' = default overload)."""
@@ -60,6 +62,15 @@ class SupportMatrix:
     plugin_lines: list
     dtype_notes: dict              # opinfo -> {dtype: {test: scope}}
     plugin_commit: str | None = None
+    exact: dict = field(default_factory=dict)   # "2.8.0.post2" -> Release, every release with a wheel
+
+    @property
+    def versions(self) -> list[str]:
+        """Every exact torch_npu release in the matrix, oldest first."""
+        return sorted(self.exact, key=version_key)
+
+    def line_versions(self, line: str) -> list[str]:
+        return [v for v in self.versions if release_line(v) == line]
 
     @property
     def lines(self) -> list[str]:
@@ -91,24 +102,27 @@ def plugin_lines_of(entry: PluginEntry, all_lines: list[str]) -> set[str]:
     return _lines_in(entry.acl_op, all_lines) | _lines_in(entry.op_api, all_lines)
 
 
-def _read_release(path: Path) -> Release:
-    version, aten, custom, contrib = None, {}, {}, set()
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        if not raw or raw.startswith("#"):
-            continue
+def _read_line(path: Path) -> list[Release]:
+    """Every release of one line: its newest (``torch_npu-<line>.txt``) and the others (``releases-<line>.txt``)."""
+    line = path.stem.split("-", 1)[1]
+    found = read_line_releases(path.parent, line)
+    if None in found:
+        raise UserError(f"{path} has no 'version' line; regenerate it with `opscope matrix build`")
+    return [_release(version, torch, lines) for version, (torch, lines) in found.items()]
+
+
+def _release(version: str, torch: str | None, lines: list[str]) -> Release:
+    aten, custom, contrib = {}, {}, set()
+    for raw in lines:
         parts = raw.split()
-        if parts[0] == "version":
-            version = parts[1]
-        elif parts[0] == "aten":
+        if parts[0] == "aten":
             aten[parts[1]] = parts[2]
         elif parts[0] == "custom":
             custom[parts[1]] = parts[2]
         elif parts[0] == "contrib":
             contrib.add(parts[1])
-    if version is None:
-        raise UserError(f"{path} has no 'version' line; regenerate it with `opscope matrix build`")
     return Release(line=release_line(version), version=version, source=f"torch_npu {version} wheel",
-                   aten=aten, custom=custom, contrib=contrib)
+                   aten=aten, custom=custom, contrib=contrib, torch=torch)
 
 
 def _read_plugin(path: Path):
@@ -164,7 +178,10 @@ def _load(directory: str) -> SupportMatrix:
     files = sorted((root / "versions").glob("torch_npu-*.txt"))
     if not files:
         raise UserError(f"no torch_npu support lists in {root / 'versions'}; run `opscope matrix build`")
-    wheel_releases = {r.line: r for r in map(_read_release, files)}
+    exact = {r.version: r for path in files for r in _read_line(path)}
+    wheel_releases = {}
+    for version in sorted(exact, key=version_key):  # a line's newest release stands for the line
+        wheel_releases[exact[version].line] = exact[version]
     plugin_file = root / "versions" / "op_plugin.txt"
     plugin, plugin_lines, commit = _read_plugin(plugin_file) if plugin_file.is_file() else ({}, [], None)
     releases = dict(wheel_releases)
@@ -175,24 +192,46 @@ def _load(directory: str) -> SupportMatrix:
             releases[line] = _plugin_only_release(line, plugin, plugin_lines, nearest)
     ordered = dict(sorted(releases.items(), key=lambda kv: line_key(kv[0])))
     return SupportMatrix(releases=ordered, plugin=plugin, plugin_lines=plugin_lines,
-                         dtype_notes=_read_dtype_notes(root / "versions" / "dtype_notes.txt"), plugin_commit=commit)
+                         dtype_notes=_read_dtype_notes(root / "versions" / "dtype_notes.txt"), plugin_commit=commit,
+                         exact=exact)
 
 
-def resolve_line(matrix: SupportMatrix, target: str | None) -> str:
-    """'2.8.0', 'torch_npu==2.8.0.post5', '2.8' or None (newest) -> a release line of the matrix."""
+def resolve_release(matrix: SupportMatrix, target: str | None) -> Release:
+    """The exact torch_npu release a target names.
+
+    '2.8.0' is torch_npu 2.8.0 (not 2.8.0.post5), 'torch_npu==2.8.0.post2' that post-release,
+    a bare line '2.8' its newest release, None the newest line's newest release; a line with
+    no wheel (2.2, 2.15) is op-plugin's view of that line.  Anything else is an error naming
+    the releases the matrix knows.
+    """
     if target is None or not str(target).strip():
-        return matrix.default_line
+        return matrix.release(matrix.default_line)
     text = str(target).strip()
     if "==" in text:
         package, _, text = text.partition("==")
         if package.strip().replace("-", "_") != "torch_npu":
             raise UserError(f"--target must name torch_npu (e.g. torch_npu==2.8.0), not {package.strip()}")
+    text = text.strip().lstrip("v")
+    if text in matrix.exact:
+        return matrix.exact[text]
     known = ", ".join(matrix.lines)
     try:
         line = release_line(text)
+        version_key(text)
     except UserError:
-        raise UserError(f"unknown torch_npu version {target!r}: the support matrix knows {known}") from None
+        raise UserError(f"unknown torch_npu version {target!r}: the support matrix knows {known} "
+                        "(`opscope matrix versions` lists every release)") from None
     if line not in matrix.releases:
         raise UserError(f"unknown torch_npu version {target!r}: the support matrix knows {known} "
                         "(add one with `opscope matrix build --version X`)")
-    return line
+    release = matrix.release(line)
+    if text == line or not release.from_wheel:
+        return release
+    raise UserError(f"unknown torch_npu release {target!r}: line {line} has "
+                    f"{', '.join(matrix.line_versions(line))} (give one of them, or {line} for the newest; "
+                    "add a release with `opscope matrix build --version X`)")
+
+
+def resolve_line(matrix: SupportMatrix, target: str | None) -> str:
+    """The release line of ``resolve_release``."""
+    return resolve_release(matrix, target).line

@@ -20,6 +20,15 @@ def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilde
         return None
     prof = builder.build()
     dist = reader.header.get("distributedInfo") or {}
-    if isinstance(dist, dict) and dist.get("rank") is not None:
-        prof.rank = int(dist["rank"])
+    if isinstance(dist, dict):
+        prof.rank = valid_rank(dist.get("rank"))
     return prof
+
+
+def valid_rank(value) -> int | None:
+    """A rank from a trace header or profiler_info file: an integer 0 <= rank < 2**31, else unknown."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 12:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 31:
+        return value
+    return None

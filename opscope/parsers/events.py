@@ -14,11 +14,19 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 
 from opscope.model import OpCall, Profile, Step
+from opscope.parsers.base import FormatError
+from opscope.parsers.device_steps import step_breakdown
 from opscope.parsers.rules import rules as load_rules
 
 HOST_CATEGORIES = {"cpu_op", "user_annotation", "Operator", "operator"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime"}
 EPS = 0.01  # µs tolerance when nesting events whose times were rounded
+_KEPT_PHASES = frozenset({"X", "s", "f", "M"})
+
+
+MAX_TIME_US = 1e18      # |ts| and dur in µs: 30,000 years; beyond is corruption, not a profile
+MAX_NESTING = 8         # list depth of "Input Dims" / "Concrete Inputs" (torch writes at most 3)
+MAX_INT = 2 ** 63
 
 
 class _Clock:
@@ -26,6 +34,7 @@ class _Clock:
 
     Ascend writes ``ts`` as a string of absolute µs (1.7e15): as a float that keeps
     only 0.25 µs, enough to break nesting, so the integer part is rebased first.
+    Non-numbers and values out of range raise ValueError (the builder names the event).
     """
 
     def __init__(self):
@@ -35,13 +44,64 @@ class _Clock:
         if isinstance(value, str):
             whole, _, frac = value.strip().partition(".")
             whole = int(whole or 0)
+            if abs(whole) > MAX_TIME_US:
+                raise ValueError(f"'ts' {value[:40]!r} is out of range")
             if self.base is None:
                 self.base = whole
             return (whole - self.base) + (float("0." + frac) if frac.strip() else 0.0)
-        value = float(value or 0.0)
+        if type(value) is not float or not -MAX_TIME_US <= value <= MAX_TIME_US:
+            value = _number(value, "ts")
         if self.base is None:
             self.base = int(value)
         return value - self.base
+
+
+def _number(value, key: str) -> float:
+    """A finite time in µs from a JSON number (None counts as 0)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key!r} is {type(value).__name__} {str(value)[:40]!r}, expected a number")
+    if not -MAX_TIME_US <= value <= MAX_TIME_US:   # also false for NaN
+        raise ValueError(f"{key!r} is out of range")
+    return float(value)
+
+
+def _duration(value) -> float:
+    if type(value) is float and 0.0 <= value <= MAX_TIME_US:
+        return value
+    if isinstance(value, str):  # Ascend writes some durations as strings
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"'dur' {value[:40]!r} is not a number") from None
+    return max(_number(value, "dur"), 0.0)
+
+
+def _ident(value):
+    """pid / tid / correlation / flow ids: scalars only (they become dict keys)."""
+    if value is None or isinstance(value, (int, str, float)):
+        return value
+    raise ValueError(f"an id is {type(value).__name__}, expected a number or a string")
+
+
+def _text(value, key: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"{key!r} is {type(value).__name__} {str(value)[:40]!r}, expected a string")
+
+
+def _list(value):
+    if value is None or isinstance(value, list):
+        return value
+    raise ValueError(f"'Concrete Inputs' is {type(value).__name__}, expected a list")
+
+
+def _dim(text: str) -> int:
+    value = int(text)
+    if not -MAX_INT < value < MAX_INT:
+        raise ValueError("a dimension in 'Input Dims' is out of range")
+    return value
 
 
 def _split_semicolons(text: str) -> list[str]:
@@ -49,9 +109,27 @@ def _split_semicolons(text: str) -> list[str]:
 
 
 def _freeze(value):
+    """A hashable copy of a shapes/dtypes/inputs list (the cache key); unhashable content
+    (an object inside) raises TypeError, absurd nesting RecursionError."""
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
+
+
+def _check_args(value) -> None:
+    """An argument list as torch writes it: lists at most MAX_NESTING deep, no objects,
+    integers in 64-bit range.  Iterative; run once per distinct list (on a cache miss)."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, list):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"an argument list is nested deeper than {MAX_NESTING} levels")
+            todo.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            raise ValueError("an argument list holds an object")
+        elif isinstance(item, int) and not isinstance(item, bool) and not -MAX_INT < item < MAX_INT:
+            raise ValueError("an argument list holds an integer out of range")
 
 
 @contextmanager
@@ -82,7 +160,7 @@ class ProfileBuilder:
         self.clock = _Clock()
         # (pid, tid) -> [(ts, dur, name, shapes, dtypes, scalars, seq, stack, file_step)]
         self.host: dict[tuple, list] = defaultdict(list)
-        self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr)
+        self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr, info)
         self.runtime: dict = {}                                 # correlation -> (pid, tid, ts)
         self.flow_start: dict = {}                              # id -> (pid, tid, ts)
         self.flow_end: dict = {}                                # (pid, tid, ts) -> id
@@ -90,6 +168,7 @@ class ProfileBuilder:
         self.fwd_threads: set = set()
         self.process_names: dict = {}
         self.process_labels: dict = {}
+        self.thread_names: dict = {}
         self._shared: dict = {}
         self.header: dict = {}
 
@@ -97,9 +176,14 @@ class ProfileBuilder:
         """One shared object per distinct value (names, shape lists, dtype lists)."""
         if value is None:
             return None
-        key = value if isinstance(value, str) else _freeze(value)
+        if isinstance(value, str):
+            key = value
+        else:
+            key = _freeze(value)
         hit = self._shared.get(key)
         if hit is None:
+            if not isinstance(value, str):
+                _check_args(value)
             hit = self._shared[key] = value
         return hit
 
@@ -116,52 +200,80 @@ class ProfileBuilder:
         host_cats = HOST_CATEGORIES
         kernel_cats = self.rules.device_kernel_categories
         flow_cats = self.rules.launch_flow_categories
-        for ev in events:
-            ph = ev.get("ph")
-            cat = ev.get("cat")
-            if ph == "X":
-                if cat in host_cats:
-                    args = ev.get("args") or {}
-                    dims = args.get("Input Dims")
-                    host[(ev.get("pid"), ev.get("tid"))].append(
-                        (clock(ev.get("ts", 0)), float(ev.get("dur") or 0.0), share(ev.get("name", "")),
-                         self._shapes(dims) if dims is not None else None,
-                         self._dtypes(args.get("Input type")), share(args.get("Concrete Inputs")),
-                         args.get("Sequence number", -1), args.get("Call stack"), file_step))
-                elif cat in RUNTIME_CATEGORIES:
-                    corr = (ev.get("args") or {}).get("correlation")
-                    if corr is not None:
-                        self.runtime[corr] = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
-                elif cat is None or cat in kernel_cats:
-                    self.maybe_kernels.append((ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)),
-                                               float(ev.get("dur") or 0.0), share(ev.get("name", "")), cat,
-                                               (ev.get("args") or {}).get("correlation")))
-            elif ph in ("s", "f"):
-                if cat in flow_cats:
-                    key = (cat, ev.get("id"))
-                    point = (ev.get("pid"), ev.get("tid"), clock(ev.get("ts", 0)))
-                    if ph == "s":
-                        self.flow_start[key] = point
-                    else:
-                        self.flow_end[point] = key
-                elif cat == "fwdbwd":
-                    (self.bwd_threads if ph == "f" else self.fwd_threads).add((ev.get("pid"), ev.get("tid")))
-            elif ph == "M":
-                args = ev.get("args") or {}
-                if ev.get("name") == "process_name":
-                    self.process_names[ev.get("pid")] = args.get("name")
-                elif ev.get("name") == "process_labels":
-                    self.process_labels[ev.get("pid")] = args.get("labels")
+        for index, ev in enumerate(events):
+            try:
+                ph = ev.get("ph")
+                if ph not in _KEPT_PHASES:
+                    continue
+                cat = ev.get("cat")
+                args = ev.get("args")
+                if args is None:
+                    args = {}
+                elif not isinstance(args, dict):
+                    raise ValueError(f"'args' is {type(args).__name__}, expected an object")
+                pid, tid = ev.get("pid"), ev.get("tid")
+                if type(pid) is not int or type(tid) is not int:   # the common case needs no check
+                    pid, tid = _ident(pid), _ident(tid)
+                if ph == "X":
+                    if cat in host_cats:
+                        dims = args.get("Input Dims")
+                        stack = args.get("Call stack")
+                        if stack is not None and not isinstance(stack, str) and not (
+                                isinstance(stack, list) and all(isinstance(f, str) for f in stack)):
+                            raise ValueError("'Call stack' is neither a string nor a list of strings")
+                        host[(pid, tid)].append(
+                            (clock(ev.get("ts", 0)), _duration(ev.get("dur")),
+                             share(_text(ev.get("name", ""), "name")),
+                             self._shapes(dims) if dims is not None else None,
+                             self._dtypes(args.get("Input type")), share(_list(args.get("Concrete Inputs"))),
+                             args.get("Sequence number", -1), stack, file_step))
+                    elif cat in RUNTIME_CATEGORIES:
+                        corr = _ident(args.get("correlation"))
+                        if corr is not None:
+                            self.runtime[corr] = (pid, tid, clock(ev.get("ts", 0)))
+                    elif cat is None or cat in kernel_cats:
+                        self.maybe_kernels.append((pid, tid, clock(ev.get("ts", 0)), _duration(ev.get("dur")),
+                                                   share(_text(ev.get("name", ""), "name")), cat,
+                                                   _ident(args.get("correlation")), _task_info(args, share)))
+                elif ph in ("s", "f"):
+                    if cat in flow_cats:
+                        key = (cat, _ident(ev.get("id")))
+                        point = (pid, tid, clock(ev.get("ts", 0)))
+                        if ph == "s":
+                            self.flow_start[key] = point
+                        else:
+                            self.flow_end[point] = key
+                    elif cat == "fwdbwd":
+                        (self.bwd_threads if ph == "f" else self.fwd_threads).add((pid, tid))
+                else:  # "M": process metadata
+                    name = ev.get("name")
+                    if name == "process_name":
+                        value = args.get("name")
+                        self.process_names[pid] = value if isinstance(value, str) else None
+                    elif name == "process_labels":
+                        self.process_labels[pid] = args.get("labels")
+                    elif name == "thread_name":
+                        value = args.get("name")
+                        self.thread_names[(pid, tid)] = value if isinstance(value, str) else None
+            except FormatError:
+                raise
+            except RecursionError:
+                raise FormatError(f"an argument list is nested deeper than {MAX_NESTING} levels",
+                                  where=f"event {index}") from None
+            except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+                raise FormatError(f"malformed event ({exc})", where=f"event {index}") from None
 
     # ------------------------------------------------------------------ parsing helpers
     def _shapes(self, raw):
         if isinstance(raw, str):       # Ascend: "32,3,224,224;\r\n64,3,11,11;\r\n..."
             cached = self._shared.get(("dims", raw))
             if cached is None:
-                cached = [[int(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()]
+                cached = [[_dim(x) for x in p.split(",") if x.strip().lstrip("-").isdigit()]
                           for p in _split_semicolons(raw)]
                 self._shared[("dims", raw)] = cached
             return cached
+        if not isinstance(raw, list):
+            raise ValueError(f"'Input Dims' is {type(raw).__name__}, expected a list or a string")
         return self._share(raw)
 
     def _dtypes(self, raw):
@@ -170,7 +282,17 @@ class ProfileBuilder:
             if cached is None:
                 cached = self._shared[("types", raw)] = ["" if p == "None" else p for p in _split_semicolons(raw)]
             return cached
-        return self._share(raw)
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
+            raise ValueError("'Input type' is neither a string nor a list of strings")
+        key = _freeze(raw)
+        hit = self._shared.get(key)
+        if hit is None:   # checked once per distinct list, not once per event
+            if not all(t is None or type(t) is str for t in raw):
+                raise ValueError("'Input type' holds something other than strings")
+            hit = self._shared[key] = raw
+        return hit
 
     @staticmethod
     def _source(stack) -> str | None:
@@ -194,8 +316,13 @@ class ProfileBuilder:
     def _build(self) -> Profile:
         rules = self.rules
         device_pids = {pid for pid, name in self.process_names.items() if name in rules.device_processes}
+        # collectives (HCCL "Group N Communication"); their "Plane N" sub-tasks are details
+        comm_threads = {t for t, name in self.thread_names.items()
+                        if self.process_names.get(t[0]) in rules.communication_processes
+                        and rules.communication_thread(name) == "collective"}
         kernels = [k for k in self.maybe_kernels
-                   if k[0] in device_pids or (k[5] is not None and k[5] in rules.device_kernel_categories)]
+                   if k[0] in device_pids or (k[0], k[1]) in comm_threads
+                   or (k[5] is not None and k[5] in rules.device_kernel_categories)]
         self.maybe_kernels = []
         device = "npu" if device_pids else ("cuda" if kernels else "cpu")
 
@@ -204,6 +331,7 @@ class ProfileBuilder:
         fallback = defaultdict(set)            # call index -> evidence names
         thread_index = {}                      # (pid, tid) -> (starts, ends, owners)
         windows = []                           # (start, end, step) of step annotations
+        parent_of: list[int] = []              # call index -> index of its parent operator (-1: none)
         kind_of = rules.kind
         for thread in list(self.host):
             evs = self.host.pop(thread)
@@ -256,6 +384,7 @@ class ProfileBuilder:
                         parent=calls[owner].name if owner is not None else None,
                         source=self._source(call_stack) if call_stack else None, step=step or 0, thread=tid,
                         seq_nr=int(seq) if isinstance(seq, int) else -1, start_us=ts, device="cpu"))
+                    parent_of.append(owner if owner is not None else -1)
                     node = (end, len(calls) - 1, phase, step, False)
                     if step:
                         steps.setdefault(step, Step(index=step)).op_calls += 1
@@ -266,12 +395,14 @@ class ProfileBuilder:
             thread_index[thread] = (starts, ends, owners)
 
         _steps_by_time(calls, windows, steps)
-        unattributed, inserted = self._attach_kernels(kernels, thread_index, calls, device)
+        unattributed, inserted, tasks, collectives, copies = self._attach_kernels(
+            kernels, thread_index, calls, device, comm_threads, windows)
         for idx in fallback:
             calls[idx].device = "cpu"
         for call in calls:
             if call.self_time_us < 0:
                 call.self_time_us = 0.0
+        device_steps = step_breakdown(tasks, {w[2]: (w[0], w[1]) for w in windows}) if tasks else []
         prof = Profile(calls=calls, steps=[steps[k] for k in sorted(steps)], device=device,
                        source_format=self.source_format, path=self.path)
         prof.metadata.update({
@@ -279,13 +410,17 @@ class ProfileBuilder:
             "device_kernels": len(kernels),
             "device_time_unattributed_us": round(unattributed, 3),
             "inserted_kernels": inserted,
+            "clock_base_us": self.clock.base,
+            "device_steps": device_steps,
+            "collectives": collectives,
+            "transfer_calls": _transfer_chains(copies, calls, parent_of, rules),
             "fallback_evidence": [{"op": calls[i].name, "evidence": sorted(n), "step": calls[i].step}
                                   for i, n in sorted(fallback.items())],
         })
         return prof
 
     def _launch_point(self, kernel):
-        pid, tid, ts, _dur, _name, _cat, corr = kernel
+        pid, tid, ts, _dur, _name, _cat, corr, _info = kernel
         key = self.flow_end.get((pid, tid, ts))
         if key is not None and key in self.flow_start:
             return self.flow_start[key]
@@ -293,45 +428,123 @@ class ProfileBuilder:
             return self.runtime[corr]
         return None
 
-    def _attach_kernels(self, kernels, thread_index, calls, device):
-        """Charge each kernel to the operator enclosing its launch; collect NPU-inserted kernels."""
+    def _owner_of(self, kernel, thread_index):
+        point = self._launch_point(kernel)
+        if point is None or (point[0], point[1]) not in thread_index:
+            return None
+        starts, ends, owners = thread_index[(point[0], point[1])]
+        i = bisect.bisect_right(starts, point[2] + EPS) - 1
+        # the innermost event containing the launch is the latest-starting one still open
+        while i >= 0 and ends[i] + EPS < point[2]:
+            i -= 1
+        return owners[i] if i >= 0 else None
+
+    def _attach_kernels(self, kernels, thread_index, calls, device, comm_threads, windows):
+        """Charge each device task to the operator that launched it: launch flows first,
+        then time containment (a collective's sub-tasks on the communication stream lie
+        inside it).  Compute, communication and copy tasks count as the operator's device
+        time; stream bookkeeping (event record/wait) and collective sub-tasks do not.
+        Returns (unattributed µs, NPU-inserted kernels, per-step tasks, collectives)."""
         rules = self.rules
         unattributed = 0.0
         inserted = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0, "ops": Counter()})
+        classified = []
         for kernel in kernels:
-            point = self._launch_point(kernel)
-            owner = None
-            if point is not None and (point[0], point[1]) in thread_index:
-                starts, ends, owners = thread_index[(point[0], point[1])]
-                i = bisect.bisect_right(starts, point[2] + EPS) - 1
-                # the innermost event containing the launch is the latest-starting one still open
-                while i >= 0 and ends[i] + EPS < point[2]:
-                    i -= 1
-                owner = owners[i] if i >= 0 else None
-            dur = kernel[3]
+            pid, tid, ts, dur, name, cat, _corr, info = kernel
+            klass = ("communication" if (pid, tid) in comm_threads
+                     else rules.task_class(name, info[0] if info else None, cat))
+            classified.append((kernel, klass, self._owner_of(kernel, thread_index)))
+        spans = sorted((k[2], k[2] + k[3], owner) for k, klass, owner in classified
+                       if klass == "communication" and owner is not None)
+        span_starts = [s[0] for s in spans]
+        step_windows = sorted(windows)
+        window_starts = [w[0] for w in step_windows]
+        tasks, collectives, copies = [], [], {}
+        for kernel, klass, owner in classified:
+            pid, tid, ts, dur, name, cat, _corr, info = kernel
+            if owner is None and klass in ("comm-subtask", "communication") and spans:
+                i = bisect.bisect_right(span_starts, ts + EPS) - 1
+                if i >= 0 and ts <= spans[i][1] + EPS:
+                    owner = spans[i][2]
+            if klass in ("sync", "comm-subtask"):
+                continue
             if owner is None:
                 unattributed += dur
             else:
                 calls[owner].device_time_us += dur
                 calls[owner].device = device
-            if rules.is_inserted_kernel(kernel[4]):
-                entry = inserted[_kernel_type(kernel[4])]
+            step = calls[owner].step if owner is not None else 0
+            if not step and step_windows:
+                i = bisect.bisect_right(window_starts, ts) - 1
+                step = step_windows[i][2] if i >= 0 and ts <= step_windows[i][1] else 0
+            tasks.append((ts, ts + dur, klass, step))
+            if klass == "transfer" and owner is not None:
+                certain = rules.is_host_transfer(name, info[0] if info else None)
+                if certain is not False:
+                    copies[owner] = copies.get(owner) or certain
+            if klass == "communication":
+                count, dtype = (info[1], info[2]) if info else (None, None)
+                collectives.append({
+                    "name": _collective_type(name), "kernel": name,
+                    "op": calls[owner].name if owner is not None else None, "step": step,
+                    "start_us": round((self.clock.base or 0) + ts, 3), "duration_us": round(dur, 3),
+                    "count": count, "data_type": dtype, "bytes": _bytes(count, dtype)})
+            if rules.is_inserted_kernel(name):
+                entry = inserted[rules.kernel_type(name)]
                 entry["calls"] += 1
                 entry["device_time_us"] += dur
                 entry["ops"][calls[owner].name if owner is not None else "(unattributed)"] += 1
-        return unattributed, [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
-                               "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
+        inserted_list = [{"kernel": k, "calls": v["calls"], "device_time_us": round(v["device_time_us"], 3),
+                          "ops": dict(v["ops"].most_common())} for k, v in sorted(inserted.items())]
+        collectives.sort(key=lambda c: c["start_us"])
+        return unattributed, inserted_list, tasks, collectives, copies
 
 
-def _kernel_type(name: str) -> str:
-    """'trans_TransData_12' / 'aclnnX_TransDataSpecial_TransData' -> 'TransData'; 'Cast3' -> 'Cast'."""
-    tail = name.rsplit("_", 1)
+def _transfer_chains(copies, calls, parent_of, rules) -> list[int]:
+    """Indices of the calls that moved data between host and device: each transfer
+    operator that launched a host<->device copy task, with its ancestors that are the same transfer
+    (``aten::to`` -> ``aten::_to_copy`` -> ``aten::copy_``; ``transfer_ops`` in the rules)."""
+    marked = set()
+    for idx, certain in copies.items():
+        chain = []
+        while idx >= 0 and idx not in marked and rules.is_transfer_op(calls[idx].name):
+            chain.append(idx)
+            idx = parent_of[idx]
+        # a copy task that may be device to device counts only under a .to() (aten::_to_copy)
+        if certain or any(calls[i].name in rules.to_copy_ops for i in chain):
+            marked.update(chain)
+    return sorted(marked)
+
+
+_DTYPE_BYTES = {"FP32": 4, "FLOAT": 4, "FP16": 2, "BF16": 2, "INT8": 1, "UINT8": 1, "INT16": 2, "INT32": 4,
+                "INT64": 8, "FP64": 8, "DOUBLE": 8}
+
+
+def _task_info(args: dict, share):
+    """(task type, element count, data type) of a device task, or None when it has none."""
+    task_type, count, dtype = args.get("Task Type"), args.get("count"), args.get("data_type")
+    task_type = task_type if isinstance(task_type, str) else None
+    dtype = dtype if isinstance(dtype, str) else None
+    count = count if isinstance(count, (int, float)) and not isinstance(count, bool) and count >= 0 else None
+    if task_type is None and count is None and dtype is None:
+        return None
+    return share(task_type), count, share(dtype)
+
+
+def _bytes(count, dtype):
+    size = _DTYPE_BYTES.get(str(dtype).upper()) if dtype else None
+    return int(count * size) if count is not None and size else None
+
+
+def _collective_type(name: str) -> str:
+    """'hcom_allReduce__586_0_1' -> 'hcom_allReduce_' (kernel_details.csv's Type)."""
     base = name
-    if name.startswith("aclnn") and len(tail) == 2:
-        base = tail[1]
-    elif name.startswith("trans_"):
-        base = name.split("_")[1]
-    return base.rstrip("0123456789") or name
+    while True:
+        head, sep, tail = base.rpartition("_")
+        if sep and tail.isdigit() and head:
+            base = head
+        else:
+            return base
 
 
 def _steps_by_time(calls, windows, steps) -> None:

@@ -9,7 +9,6 @@ import fnmatch
 import re
 from functools import lru_cache
 
-from opscope.resources import support_matrix_dir
 
 RULES_FILE = "diff_rules.yaml"
 
@@ -23,10 +22,9 @@ def _matcher(patterns):
 
 @lru_cache(maxsize=1)
 def rules() -> "CompiledRules":
-    import yaml
+    from opscope.knowledge import load
 
-    with open(support_matrix_dir() / RULES_FILE, encoding="utf-8") as fh:
-        return CompiledRules(yaml.safe_load(fh) or {})
+    return CompiledRules(load(RULES_FILE))
 
 
 class CompiledRules:
@@ -41,7 +39,13 @@ class CompiledRules:
         self._private = _matcher([f"aten::{p}" for p in backend_private_patterns()]
                                  + list(raw.get("private_ops") or []))
         self._inserted_ops = _matcher(raw.get("npu_inserted_ops"))
-        self._inserted_kernels = _matcher(raw.get("npu_inserted_kernels"))
+        self._kernel_families = [re.compile(p) for p in raw.get("npu_kernel_name_families") or []]
+        self._inserted_kernel_types = set(raw.get("npu_inserted_kernel_types") or [])
+        self._user_cast_parents = _matcher(raw.get("user_cast_parents"))
+        self._never_fold = _matcher(raw.get("never_fold"))
+        self.python_scalar_dtypes = set(raw.get("python_scalar_dtypes") or [])
+        self.known_differences = [(_matcher(d.get("ops") or []), d.get("side"), d.get("dtype") or {}, d["cause"])
+                                  for d in raw.get("known_differences") or []]
         self._fallback_children = _matcher(raw.get("fallback_children"))
         self._step = _matcher(raw.get("step_annotations"))
         self.phase_rules = [(_matcher([r["pattern"]]), r["phase"]) for r in raw.get("phase_annotations") or []]
@@ -50,6 +54,20 @@ class CompiledRules:
         self.device_kernel_categories = set(raw.get("device_kernel_categories") or [])
         self.launch_flow_categories = set(raw.get("launch_flow_categories") or [])
         self._kind_cache: dict[str, str] = {}
+        tasks = raw.get("device_task_classes") or {}
+        self.communication_processes = set(tasks.get("communication_processes") or [])
+        self._comm_threads = _matcher(tasks.get("communication_threads"))
+        self._comm_subtask_threads = _matcher(tasks.get("communication_subtask_threads"))
+        self._comm_kernels = _matcher(tasks.get("communication_kernels"))
+        self._comm_tasks = _matcher(tasks.get("communication_task_types"))
+        self._transfer_tasks = _matcher(tasks.get("transfer_task_types"))
+        self.transfer_categories = set(tasks.get("transfer_categories") or [])
+        self._sync_tasks = _matcher(tasks.get("sync_task_types"))
+        self._transfer_ops = _matcher(tasks.get("transfer_ops"))
+        self._host_transfer_tasks = _matcher(tasks.get("host_transfer_task_types"))
+        self._host_transfer_kernels = _matcher(tasks.get("host_transfer_kernels"))
+        self.maybe_host_transfer_task_types = set(tasks.get("maybe_host_transfer_task_types") or [])
+        self.to_copy_ops = set(tasks.get("to_copy_ops") or [])
 
     def kind(self, name: str) -> str:
         """'op' (compared), 'private' (folded into its parent op) or 'annotation'."""
@@ -79,8 +97,76 @@ class CompiledRules:
     def is_inserted_op(self, name: str) -> bool:
         return bool(self._inserted_ops and self._inserted_ops.match(name))
 
+    def kernel_type(self, name: str) -> str:
+        """'aclnnTopk_CastAiCore_Cast' -> 'Cast'; 'trans_TransData_12' -> 'TransData'; 'Conv2D4' -> 'Conv2D'."""
+        for family in self._kernel_families:
+            match = family.match(name)
+            if match:
+                return match.group("type")
+        return name
+
     def is_inserted_kernel(self, name: str) -> bool:
-        return bool(self._inserted_kernels and self._inserted_kernels.match(name))
+        return self.kernel_type(name) in self._inserted_kernel_types
 
     def is_fallback_child(self, name: str) -> bool:
         return bool(self._fallback_children and self._fallback_children.match(name))
+
+    def communication_thread(self, thread_name: str | None) -> str | None:
+        """'collective' (one event per collective), 'subtask' (its details) or None."""
+        if not thread_name:
+            return None
+        if self._comm_threads and self._comm_threads.match(thread_name):
+            return "collective"
+        if self._comm_subtask_threads and self._comm_subtask_threads.match(thread_name):
+            return "subtask"
+        return None
+
+    def task_class(self, name: str, task_type: str | None, category: str | None) -> str:
+        """What a device task is: 'communication' | 'comm-subtask' | 'transfer' | 'sync' | 'compute'."""
+        if self._comm_kernels and self._comm_kernels.match(name):
+            return "communication"
+        if task_type:
+            if self._comm_tasks and self._comm_tasks.match(task_type):
+                return "comm-subtask"
+            if self._transfer_tasks and self._transfer_tasks.match(task_type):
+                return "transfer"
+            if self._sync_tasks and self._sync_tasks.match(task_type):
+                return "sync"
+        if category in self.transfer_categories:
+            return "transfer"
+        return "compute"
+
+    def is_transfer_op(self, name: str) -> bool:
+        return bool(self._transfer_ops and self._transfer_ops.match(name))
+
+    def is_host_transfer(self, name: str, task_type: str | None):
+        """A copy between host and device memory: True, False (device to device) or None
+        (the task type does not say: a ``.to()`` above it decides)."""
+        if task_type and self._host_transfer_tasks and self._host_transfer_tasks.match(task_type):
+            return True
+        if self._host_transfer_kernels and self._host_transfer_kernels.match(name):
+            return True
+        if task_type and task_type in self.maybe_host_transfer_task_types:
+            return None
+        return False
+
+    def is_user_cast_parent(self, name: str | None) -> bool:
+        return bool(name and self._user_cast_parents and self._user_cast_parents.match(name))
+
+    def never_fold(self, name: str) -> bool:
+        return bool(self._never_fold and self._never_fold.match(name))
+
+    def is_python_scalar_dtype(self, dtype) -> bool:
+        return dtype in self.python_scalar_dtypes
+
+    def known_cause(self, name: str, side: str, dtype_a=None, dtype_b=None) -> str | None:
+        """The likely cause of a difference (``side``: 'a' / 'b' only there, 'dtype' a dtype change)."""
+        for matcher, want_side, dtype, cause in self.known_differences:
+            if not (matcher and matcher.match(name)):
+                continue
+            if side == "dtype":
+                if dtype and dtype.get("a") == dtype_a and dtype.get("b") == dtype_b:
+                    return cause
+            elif not dtype and (want_side in (None, side)):
+                return cause
+        return None

@@ -2,19 +2,23 @@
 
 The per-step traces hold every call with its nesting and timing, so they are
 preferred; a run kept without traces (``--no-traces``) falls back to the aggregated
-``operators[]`` of scan.json (one OpCall per recorded call, times averaged).
+``operators[]`` of scan.json: one OpCall per operator and step standing for its share
+of the recorded calls (``count``), so ``calls: 1000000000`` costs one object, not a
+billion.  scan.json is read by the one typed loader, ``opscope.schema.load_scan``.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from opscope.errors import InputError
 from opscope.model import OpCall, Profile, ScanResult
+from opscope.parsers.base import FormatError
 from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
+from opscope.schema import load_scan
 
-_STEP_FILE = re.compile(r"step_(\d+)\.json(?:\.gz)?$")
+_STEP_FILE = re.compile(r"step_(\d{1,9})\.json(?:\.gz)?$")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -24,11 +28,11 @@ def is_run_dir(path: Path) -> bool:
 def load_run_dir(path) -> Profile:
     path = Path(path)
     run_dir = path.parent if path.name == "scan.json" else path
-    data = json.loads((run_dir / "scan.json").read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("opscope.scan/"):
-        raise ValueError(f"schema {data.get('schema') if isinstance(data, dict) else None!r} is not opscope.scan/1")
-    scan = ScanResult.from_dict(data)
-    traces = [run_dir / t for t in scan.traces if (run_dir / t).is_file()]
+    try:
+        scan = load_scan(run_dir / "scan.json")
+    except InputError as exc:       # reported by the parsers' one interface, with the accepted inputs
+        raise FormatError(f"scan.json {exc.problem}", where=exc.where) from None
+    traces = _trace_files(run_dir, scan.traces)
     if traces:
         builder = ProfileBuilder("opscope-run", run_dir)
         for i, trace in enumerate(traces, start=1):
@@ -46,15 +50,35 @@ def load_run_dir(path) -> Profile:
     return prof
 
 
+def _trace_files(run_dir: Path, names: list[str]) -> list[Path]:
+    """The listed traces that are regular files inside the run folder (never outside it)."""
+    root = run_dir.resolve()
+    found = []
+    for name in names:
+        path = run_dir / name
+        try:
+            inside = path.resolve().is_relative_to(root)
+        except (OSError, RuntimeError, ValueError):   # symlink loop, NUL in the name
+            continue
+        if inside and path.is_file():
+            found.append(path)
+    return found
+
+
 def _calls_from_operators(scan: ScanResult) -> list[OpCall]:
     calls = []
     for op in scan.operators:
-        n = max(int(op.calls), 1)
-        steps = op.steps or [0]
-        for k in range(n):
+        n = max(op.calls, 1)
+        steps = sorted(set(op.steps)) or [0]
+        share, extra = divmod(n, len(steps))
+        for k, step in enumerate(steps):
+            count = share + (1 if k < extra else 0)
+            if not count:
+                continue
             calls.append(OpCall(name=op.name, overload=op.overload, input_shapes=op.input_shapes,
-                                dtypes=op.dtypes, self_time_us=op.self_time_us / n,
-                                total_time_us=op.total_time_us / n, device_time_us=op.device_time_us / n,
+                                dtypes=op.dtypes, self_time_us=op.self_time_us * count / n,
+                                total_time_us=op.total_time_us * count / n,
+                                device_time_us=op.device_time_us * count / n,
                                 phase=op.phase, parent=op.parent, source=op.source,
-                                step=steps[k % len(steps)], device=scan.device))
+                                step=step, device=scan.device, count=count))
     return calls

@@ -19,7 +19,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from opscope.resources import support_matrix_dir
 
@@ -40,9 +39,9 @@ class NotReplayable(Exception):
 @functools.lru_cache(maxsize=1)
 def load_standards(path: str | None = None) -> dict:
     """The verify standards (thresholds, op categories, input rules) as a dict."""
+    from opscope.knowledge import load_path
     target = Path(path) if path else support_matrix_dir() / "verify_standards.yaml"
-    with open(target, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return load_path(target, "verify_standards.yaml")
 
 
 def short_name(name: str) -> tuple[str, str]:

@@ -32,6 +32,8 @@ def _to_data_uri(fig) -> str:
 
 
 def _short(label: str) -> str:
+    """A chart label: no control characters (a font has no glyph for them), cut to MAX_LABEL."""
+    label = "".join(c if c.isprintable() else " " for c in label)
     return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
 
 

@@ -1,7 +1,8 @@
 """``operators.csv``: one row per operator signature, for spreadsheets and pandas.
 
 Written with the standard ``csv`` module: the scan's child process writes it right after
-the run and should not pay for importing pandas.  ``pd.read_csv`` reads it back.
+the run and should not pay for importing pandas.  ``pd.read_csv`` reads it back.  Text that a spreadsheet would run as a formula
+(``=...``, ``@...``) is written with a leading apostrophe (``cells.csv_text``).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 from opscope.model import ScanResult
+from opscope.report.cells import csv_text
 
 COLUMNS = ["name", "overload", "input_shapes", "dtypes", "calls", "self_time_us", "total_time_us",
            "device_time_us", "phase", "source", "parent", "top_level", "on_device", "dynamic", "verdict",
@@ -34,5 +36,5 @@ def write_operators_csv(result: ScanResult, path: Path) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows(operator_rows(result))
+        writer.writerows({k: csv_text(v) for k, v in row.items()} for row in operator_rows(result))
     return Path(path)

@@ -32,24 +32,52 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:
     console.print(f"[bold]opscope diff[/]  A={a['label']} ({a['format']}, {a['device']})  "
                   f"B={b['label']} ({b['format']}, {b['device']}{', rank ' + str(b['rank']) if b['rank'] is not None else ''})")
 
-    steps = _table("Step time and throughput", ("run", "steps measured", "warm-up excluded", "avg step ms", "FPS",
-                                                "op calls/step", "host ms/step", "device ms/step"))
+    steps = _table("Step time and throughput (host span = ProfilerStep/step markers; device span = first to "
+                   "last kernel, msprof-analyze E2E)",
+                   ("run", "steps measured", "warm-up excluded", "host step ms", "device step ms", "FPS",
+                    "batch (source)", "op calls/step", "host ms/step", "device ms/step", "unattributed device ms"))
     for side in (a, b):
         st = side["step"]
         steps.add_row(side["label"], ", ".join(map(str, st["measured_steps"])) or "-",
                       ", ".join(map(str, st["warmup_steps"])) or "none", _ms(st["avg_step_us"]),
-                      f"{st['fps']:.1f} (batch {st['batch_size']} x {st['devices']} dev)" if st["fps"] else "-",
+                      _ms(st.get("avg_device_step_us")),
+                      f"{st['fps']:.2f} ({st['batch_size']} x {st['devices']} dev)" if st["fps"] else "-",
+                      f"{st['batch_size']} ({st['batch_size_source']})" if st.get("batch_size") else "unknown",
                       f"{side['op_calls_per_step']:g}", _ms(side["host_time_per_step_us"]),
-                      _ms(side["device_time_per_step_us"]))
+                      _ms(side["device_time_per_step_us"]), _ms(side.get("device_time_unattributed_us")))
     console.print(steps)
+    split_sides = [s for s in (a, b) if s["step"].get("device_split_us")]
+    if split_sides:
+        t = _table("Device time per step (as msprof-analyze's step_trace_time.csv)",
+                   ("run", "host step ms", "preparing ms", "device step ms", "computing ms", "communication ms",
+                    "overlapped ms", "comm not overlapped ms", "free ms", "H2D/D2H copies ms"))
+        for side in split_sides:
+            d = side["step"]["device_split_us"]
+            t.add_row(side["label"], *(_ms(d.get(k)) for k in (
+                "host_span_us", "preparing_us", "device_span_us", "computing_us", "communication_us",
+                "overlapped_us", "communication_not_overlapped_us", "free_us", "transfer_us")))
+        console.print(t)
+    coll = [(s["label"], c) for s in (a, b) for c in s.get("collectives") or []]
+    if coll:
+        t = _table("Collectives per step", ("run", "collective", "operator", "calls", "time ms", "MB",
+                                            "algorithm GB/s (bytes / elapsed)"))
+        for label, c in coll:
+            t.add_row(label, c["name"], c["op"] or "(unattributed)", f"{c['calls']:g}", _ms(c["time_us"]),
+                      f"{c['bytes'] / 1e6:.1f}" if c.get("bytes") else "-",
+                      f"{c['algorithm_bandwidth_gb_s']:.2f}" if c.get("algorithm_bandwidth_gb_s") else "-")
+        console.print(t)
 
     regress = _table(f"Where the time went (per step, biggest regression first; top {top})",
                      ("operator", "phase", "status", "calls A", "calls B", "time A ms", "time B ms", "delta ms",
                       "host B ms", "device B ms"))
-    for r in result.operators[:top]:
+    differing = [r for r in result.operators if r.status != "same" or abs(r.delta_us) >= 0.0005 or r.calls_changed]
+    if not differing:
+        console.print("[bold]no differences[/]: every operator signature matches with the same calls and time")
+    for r in differing[:top]:
         regress.add_row(r.name, r.phase, r.status, f"{r.calls_a:g}", f"{r.calls_b:g}", _ms(r.time_a_us),
                         _ms(r.time_b_us), _ms(r.delta_us), _ms(r.host_b_us), _ms(r.device_b_us))
-    console.print(regress)
+    if differing:
+        console.print(regress)
 
     if result.inserted:
         t = _table("Inserted by the NPU stack (casts, format conversions)",
@@ -65,15 +93,30 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:
         console.print(t)
     for title, items in ((f"Only in {a['label']}", result.only_a), (f"Only in {b['label']}", result.only_b)):
         if items:
-            t = _table(f"{title}: {len(items)} operator(s)", ("operator", "calls/step", "time ms", "phases", "under"))
+            t = _table(f"{title}: {len(items)} operator(s)", ("operator", "calls/step", "time ms", "phases", "under",
+                                                              "likely cause"))
             for item in items[:top]:
                 t.add_row(item["name"], f"{item['calls']:g}", _ms(item["time_us"]), ", ".join(item["phases"]),
-                          item["under"] or "(top level)")
+                          item["under"] or "(top level)", item.get("cause") or "-")
             console.print(t)
+    moved = [(tr["side"], it) for tr in result.transfers for it in tr["items"]]
+    if moved:
+        t = _table("Host<->device transfers per step (compared as transfers, not as operators)",
+                   ("run", "operator", "tensor", "calls", "device ms", "source"))
+        for side, it in moved[:top]:
+            t.add_row(side, it["name"], f"{it['shape']} {it['dtype']}", f"{it['calls']:g}", _ms(it["device_us"]),
+                      it["source"] or "-")
+        console.print(t)
+    if result.folded:
+        console.print(f"[dim]{len(result.folded)} backend decomposition(s) folded into their parent operator "
+                      f"(e.g. {', '.join(f['name'] + ' under ' + str(f['parent']) for f in result.folded[:3])}); "
+                      f"see diff.json 'folded'[/]")
     if result.dtype_changes:
-        t = _table(f"dtype changes: {len(result.dtype_changes)}", ("operator", "phase", "arg", "A", "B"))
+        t = _table(f"dtype changes: {len(result.dtype_changes)}", ("operator", "phase", "arg", "A", "B", "signatures",
+                                                                   "likely cause"))
         for d in result.dtype_changes[:top]:
-            t.add_row(d["name"], d["phase"], str(d["arg"]), str(d["a"]), str(d["b"]))
+            t.add_row(d["name"], d["phase"], str(d["arg"]), str(d["a"]), str(d["b"]), str(d.get("signatures", 1)),
+                      d.get("cause") or "-")
         console.print(t)
     changed = [r for r in result.operators if r.status == "changed"]
     if changed:
@@ -88,12 +131,15 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:
         console.print(t)
     for side, ranks in result.ranks.items():
         label = (a if side == "a" else b)["label"]
-        t = _table(f"Ranks of {label}: straggler rank {ranks.get('straggler')}, "
-                   f"step-time imbalance {ranks.get('imbalance_pct')}%",
-                   ("rank", "avg step ms", "device ms", "host ms", "computing ms", "comm (not overlapped) ms", "free ms"))
+        slow = ranks.get("slow_rank")
+        t = _table(f"Ranks of {label}: slow rank {'none' if slow is None else slow} - "
+                   f"{ranks.get('slow_rank_reason') or ''}",
+                   ("rank", "host step ms", "device step ms", "computing ms", "communication ms",
+                    "comm not overlapped ms", "wait (synchronisation) ms", "late arrival ms", "free ms"))
         for r in ranks["ranks"]:
-            t.add_row(str(r["rank"]), _ms(r["avg_step_us"]), _ms(r["device_time_us"]), _ms(r["host_time_us"]),
-                      _ms(r.get("Computing")), _ms(r.get("Communication(Not Overlapped)")), _ms(r.get("Free")))
+            t.add_row(str(r["rank"]), _ms(r["host_step_us"]), _ms(r["device_step_us"]), _ms(r.get("computing_us")),
+                      _ms(r.get("communication_us")), _ms(r.get("communication_not_overlapped_us")),
+                      _ms(r.get("wait_us")), _ms(r.get("late_us")), _ms(r.get("free_us")))
         console.print(t)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/]")

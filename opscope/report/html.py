@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 from opscope.model import VERDICTS, ScanResult
 from opscope.report import view
@@ -39,7 +43,16 @@ def _environment():
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         autoescape=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined)
+        undefined=jinja2.StrictUndefined, finalize=_printable)
+
+
+def _printable(value):
+    """Every captured string shown without terminal escapes or control characters."""
+    from markupsafe import Markup
+    if isinstance(value, str) and not isinstance(value, Markup):
+        from opscope.text import printable
+        return printable(value, "")
+    return value
 
 
 def _asset(name: str):

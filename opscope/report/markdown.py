@@ -15,9 +15,12 @@ MAX_ROWS = 50
 
 
 def _cell(value) -> str:
-    """Text safe inside a Markdown table cell (no pipes, no newlines, no raw HTML)."""
+    """Text safe inside a Markdown table cell: no pipes, newlines or raw HTML, and no
+    link/image syntax (``![t](http://...)`` from argv must not load a remote image)."""
     text = "" if value is None else str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    for char in "[]!`":
+        text = text.replace(char, "\\" + char)
     return text.replace("<", "&lt;").replace(">", "&gt;")
 
 

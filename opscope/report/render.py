@@ -5,7 +5,6 @@ calls it on a scan.json loaded from disk, so any run can be re-rendered.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from opscope.model import ScanResult
@@ -24,17 +23,29 @@ def parse_formats(text: str) -> tuple[str, ...]:
 
 
 def _write_json(result: ScanResult, path: Path) -> Path:
-    try:
-        from opscope.report.json_out import write_scan_json
-    except ImportError:  # the scan owner's writer is not there: same content, plain json
-        path.write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
-        return path
-    write_scan_json(result, path)
-    return path
+    from opscope.report.json_out import write_scan_json
+    return write_scan_json(result, path)
+
+
+def _writer(fmt: str):
+    if fmt == "html":
+        from opscope.report.html import write_html
+        return write_html
+    if fmt == "xlsx":
+        from opscope.report.xlsx import write_xlsx
+        return write_xlsx
+    if fmt == "md":
+        from opscope.report.markdown import write_markdown
+        return write_markdown
+    if fmt == "json":
+        return _write_json
+    raise ValueError(f"unknown report format {fmt!r}; choose from {','.join(FORMATS)}")
 
 
 def write_reports(result: ScanResult, run_dir: Path, formats=("html", "xlsx")) -> list[Path]:
-    """Write each format into ``run_dir`` and return the paths written, in order."""
+    """Write each format into ``run_dir`` (each atomically) and return the paths written, in order."""
+    from opscope.atomic import write_via_temp
+
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(formats, str):
@@ -42,18 +53,7 @@ def write_reports(result: ScanResult, run_dir: Path, formats=("html", "xlsx")) -
     written = []
     for fmt in formats:
         path = run_dir / FILE_NAMES[fmt]
-        if fmt == "html":
-            from opscope.report.html import write_html
-            write_html(result, path)
-        elif fmt == "xlsx":
-            from opscope.report.xlsx import write_xlsx
-            write_xlsx(result, path)
-        elif fmt == "md":
-            from opscope.report.markdown import write_markdown
-            write_markdown(result, path)
-        elif fmt == "json":
-            _write_json(result, path)
-        else:
-            raise ValueError(f"unknown report format {fmt!r}; choose from {','.join(FORMATS)}")
+        writer = _writer(fmt)
+        write_via_temp(path, lambda tmp, writer=writer: writer(result, tmp))
         written.append(path)
     return written

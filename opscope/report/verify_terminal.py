@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from opscope.analysis.verify import result_rows
 
-STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "red", "skipped": "dim"}
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "red", "measured": "blue", "skipped": "dim"}
 
 
 @contextmanager
@@ -37,14 +37,19 @@ def print_verification(verification: dict, console, top: int = 20, show_skipped:
     counts = verification.get("counts", {})
     summary = Table(title=f"Operator verification on {verification.get('device')} "
                           f"({verification.get('inputs', 'synthetic')} inputs)", show_lines=False)
-    for outcome in ("pass", "warn", "fail", "error", "skipped"):
+    for outcome in ("pass", "warn", "fail", "error", "measured", "skipped"):
         summary.add_column(outcome, justify="right", style=STYLE[outcome])
     summary.add_column("disagreements", justify="right")
-    summary.add_row(*[str(counts.get(k, 0)) for k in ("pass", "warn", "fail", "error", "skipped",
+    summary.add_row(*[str(counts.get(k, 0)) for k in ("pass", "warn", "fail", "error", "measured", "skipped",
                                                         "disagreements")])
     console.print(summary)
+    if verification.get("device") == "cpu":
+        console.print("[blue]--device cpu: the device run would be the reference run, so nothing is judged; "
+                      "'measured' rows are the CPU's own kernels against float64 (CPU numerics, not NPU "
+                      "evidence). Substitutes are real comparisons.[/]")
     rows = [r for r in result_rows(verification) if show_skipped or r["outcome"] != "skipped"]
     if not rows:
+        print_substitutes(verification, console)
         return
     table = Table(title=f"Signatures (worst first, {min(top, len(rows))} of {len(rows)})")
     for name in ("outcome", "op", "dtypes", "cosine", "max abs err", "max rel err", "<0.1%", "<0.5%",
@@ -59,6 +64,23 @@ def print_verification(verification: dict, console, top: int = 20, show_skipped:
                       _fmt(row["cosine"], 6), _fmt(row["max_abs_err"]), _fmt(row["max_rel_err"]),
                       _fmt(row["ratio_rel_err_lt_0_001"]), _fmt(row["ratio_rel_err_lt_0_005"]),
                       row["standard"] or "-", message[:160])
+    console.print(table)
+    print_substitutes(verification, console)
+
+
+def print_substitutes(verification: dict, console) -> None:
+    """The suggested substitutes replayed against the ops they replace."""
+    from rich.table import Table
+    rows = verification.get("substitutes") or []
+    if not rows:
+        return
+    table = Table(title="Suggested substitutes, replayed against the original on the captured shapes")
+    for name in ("outcome", "op", "dtypes", "substitute", "result"):
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        dtypes = ",".join(d.replace("c10::", "") for d in (row.get("dtypes") or []) if d not in ("Scalar", "ScalarList", ""))
+        table.add_row(f"[{STYLE.get(row['outcome'], '')}]{row['outcome']}[/]", row["op"], dtypes,
+                      row.get("check", ""), (row.get("message") or "")[:200])
     console.print(table)
 
 

@@ -57,12 +57,16 @@ def total_time_us(result: ScanResult) -> float:
 def fmt_shapes(shapes) -> str:
     if not shapes:
         return ""
+    if not isinstance(shapes, (list, tuple)):
+        return str(shapes)
     return ", ".join("[" + ", ".join(str(d) for d in s) + "]" if isinstance(s, (list, tuple)) else str(s)
                      for s in shapes)
 
 
 def fmt_dtypes(dtypes) -> str:
-    return ", ".join(str(d) if d not in (None, "") else "None" for d in (dtypes or []))
+    if not isinstance(dtypes, (list, tuple)):
+        return str(dtypes) if dtypes else ""
+    return ", ".join(str(d) if d not in (None, "") else "None" for d in dtypes)
 
 
 def fmt_evidence(evidence) -> str:
@@ -100,7 +104,7 @@ def fmt_dims(varying_dims) -> str:
     parts = []
     for d in varying_dims or []:
         if isinstance(d, dict):
-            values = ", ".join(str(v) for v in d.get("values", []) or [])
+            values = ", ".join(str(v) for v in seq(d.get("values")))
             where = f"arg{d.get('arg', '?')}." + (f"dim{d['dim']}" if d.get("dim") is not None
                                                    else str(d.get("what") or "rank"))
             parts.append(f"{where}: {values}")
@@ -286,6 +290,8 @@ def target_text(result: ScanResult) -> str:
     text = f"{target.get('package') or 'torch_npu'} {target.get('version') or NA}"
     if target.get("source"):
         text += f" ({target['source']})"
+    if target.get("torch_schema"):  # whose composite/structured facts judged decompositions
+        text += f", judged with {target['torch_schema']}"
     return text
 
 
@@ -295,11 +301,10 @@ def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
 
 # ------------------------------------------------------------------ verification (opscope verify)
 
-OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
-OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skipped": 4}  # worst first, as result_rows
-OUTCOME_COLOURS = {"pass": "#2e7d32", "warn": "#f9a825", "fail": "#c62828", "error": "#c62828",
-                   "skipped": "#757575"}
-OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "skipped": "E0E0E0"}
+OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
+OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first, as result_rows
+OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "measured": "BBDEFB",
+                 "skipped": "E0E0E0"}
 
 
 @dataclass
@@ -319,6 +324,20 @@ class VerificationRow:
     disagreement: str
 
 
+def obj(value) -> dict:
+    """``value`` if it is a JSON object, else {}: blocks written by other tools may be malformed."""
+    return value if isinstance(value, dict) else {}
+
+
+def seq(value) -> list:
+    """``value`` if it is a JSON list, else []."""
+    return value if isinstance(value, list) else []
+
+
+def _key(value):
+    return value if isinstance(value, (int, str, float)) or value is None else str(value)
+
+
 def _number(value):
     """A metric as a float, or None when absent or not a number (scan.json stores NaN as null)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -329,7 +348,7 @@ def _number(value):
 def verification_counts(verification: dict | None) -> dict[str, int]:
     """Signatures per outcome (pass/warn/fail/error/skipped), counted when the block has no counts."""
     verification = verification or {}
-    given = verification.get("counts") or {}
+    given = obj(verification.get("counts"))
     counts = {o: 0 for o in OUTCOMES}
     if given:
         for o in OUTCOMES:
@@ -338,9 +357,9 @@ def verification_counts(verification: dict | None) -> dict[str, int]:
             except (TypeError, ValueError):
                 counts[o] = 0
         return counts
-    for r in verification.get("results") or []:
-        outcome = r.get("outcome")
-        if outcome in counts:
+    for r in seq(verification.get("results")):
+        outcome = obj(r).get("outcome")
+        if isinstance(outcome, str) and outcome in counts:
             counts[outcome] += 1
     return counts
 
@@ -348,8 +367,10 @@ def verification_counts(verification: dict | None) -> dict[str, int]:
 def verification_rows(verification: dict | None) -> list[VerificationRow]:
     """Replayed signatures, worst outcome first (the order of analysis.verify.result_rows)."""
     rows = []
-    for r in (verification or {}).get("results") or []:
-        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+    for r in seq((verification or {}).get("results")):
+        if not isinstance(r, dict):
+            continue
+        metrics = obj(r.get("metrics"))
         rows.append(VerificationRow(
             op=str(r.get("op") or ""), overload=str(r.get("overload") or ""),
             shapes=fmt_shapes(r.get("input_shapes")), dtypes=fmt_dtypes(r.get("dtypes")),
@@ -364,13 +385,13 @@ def verification_rows(verification: dict | None) -> list[VerificationRow]:
 def verification_metadata(verification: dict | None) -> list[tuple[str, str]]:
     """(label, text) pairs saying how the verification ran."""
     v = verification or {}
-    counts = v.get("counts") or {}
+    counts = obj(v.get("counts"))
     return [
         ("Device", str(v.get("device") or NA)),
         ("Inputs", str(v.get("inputs") or NA) + (f" (seed {v['seed']})" if v.get("seed") is not None else "")),
         ("Reference", str(v.get("reference") or NA)),
         ("Standards", str(v.get("standards") or NA)),
-        ("Signatures", str(counts.get("total", len(v.get("results") or [])))),
+        ("Signatures", str(counts.get("total", len(seq(v.get("results")))))),
         ("Disagreements with predicted verdicts", str(counts.get("disagreements", 0))),
         ("Started", str(v.get("started_at") or NA)),
         ("Duration", f"{v['duration_s']:.1f} s" if isinstance(v.get("duration_s"), (int, float)) else NA),
@@ -382,12 +403,13 @@ def e2e_summary(verification: dict | None) -> dict | None:
     e2e = (verification or {}).get("e2e")
     if not isinstance(e2e, dict):
         return None
-    comparison = e2e.get("comparison") or {}
-    loss_steps = (comparison.get("loss") or {}).get("steps") or []
-    grads = {row.get("step"): row for row in (comparison.get("grad_norm") or {}).get("steps") or []}
+    comparison = obj(e2e.get("comparison"))
+    loss_steps = [row for row in seq(obj(comparison.get("loss")).get("steps")) if isinstance(row, dict)]
+    grads = {_key(row.get("step")): row for row in seq(obj(comparison.get("grad_norm")).get("steps"))
+             if isinstance(row, dict)}
     steps = []
     for row in loss_steps:
-        g = grads.get(row.get("step"), {})
+        g = grads.get(_key(row.get("step")), {})
         steps.append({"step": row.get("step"), "reference": _number(row.get("reference")),
                       "candidate": _number(row.get("candidate")), "abs_diff": _number(row.get("abs_diff")),
                       "rel_diff": _number(row.get("rel_diff")), "grad_reference": _number(g.get("reference")),

@@ -12,20 +12,17 @@ from pathlib import Path
 
 from opscope.model import VERDICTS, ScanResult
 from opscope.report import view
+from opscope.report.cells import set_cell
 
 MAX_WIDTH = 60
-FORMULA_STARTS = ("=", "+", "-", "@")
 PERCENT = "0.0%"
 MS = "0.000"
 
 
 def _text_cell(cell, value) -> None:
-    """Store user text as text: openpyxl would otherwise turn '=...' into a formula."""
-    cell.value = value
-    if isinstance(value, str):
-        cell.data_type = "s"
-        if value.startswith(FORMULA_STARTS):
-            cell.quotePrefix = True
+    """Store user text as text: openpyxl would otherwise turn '=...' into a formula (and
+    refuse control characters such as the ANSI colours of a captured error message)."""
+    set_cell(cell, value)
 
 
 def _sheet(wb, title: str, headers: list[str], rows, formats: dict | None = None,
@@ -35,23 +32,20 @@ def _sheet(wb, title: str, headers: list[str], rows, formats: dict | None = None
     from openpyxl.utils import get_column_letter
 
     ws = wb.create_sheet(title)
-    ws.append(headers)
-    for cell in ws[1]:
-        cell.font = Font(bold=True)
+    for c, header in enumerate(headers, start=1):
+        set_cell(ws.cell(row=1, column=c), header)
+        ws.cell(row=1, column=c).font = Font(bold=True)
     formats = formats or {}
     fill_cache = {}
     widths = [len(h) for h in headers]
     for r, row in enumerate(rows, start=2):
         for c, value in enumerate(row, start=1):
             cell = ws.cell(row=r, column=c)
-            if isinstance(value, str):
-                _text_cell(cell, value)
-            else:
-                cell.value = value
-                if c - 1 in formats and value is not None:
-                    cell.number_format = formats[c - 1]
-            if value is not None:
-                widths[c - 1] = max(widths[c - 1], min(len(str(value)), MAX_WIDTH))
+            set_cell(cell, value)
+            if not isinstance(cell.value, str) and c - 1 in formats and value is not None:
+                cell.number_format = formats[c - 1]
+            if cell.value is not None:
+                widths[c - 1] = max(widths[c - 1], min(len(str(cell.value)), MAX_WIDTH))
         if verdict_col is not None and fills:
             verdict = row[verdict_col]
             if verdict in fills:

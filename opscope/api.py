@@ -63,17 +63,16 @@ class capture:
             outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)
         else:
             outcome = ChildOutcome("exception", 1, f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
-        from opscope.analysis.scan_result import build_scan_result
-        from opscope.commands.scan import _write_outputs
         from opscope.capture.runner import resolve_device
+        from opscope.pipeline import analyse_capture
         device = "cpu"
         try:
             device = resolve_device("auto")
         except Exception:
             pass
-        self.result = build_scan_result(
-            self.out, script=self.script, argv=sys.argv[1:], device=device, settings=self.settings,
-            outcome=outcome, started_at=self._started, duration_s=time.perf_counter() - self._t0,
+        self.result = analyse_capture(
+            self.out, formats=list(self.formats), script=self.script, argv=sys.argv[1:], device=device,
+            settings=self.settings, outcome=outcome, started_at=self._started,
+            duration_s=time.perf_counter() - self._t0,
             static_paths=[] if self.static_scan and self.script != "<interactive>" else None, target=self.target)
-        _write_outputs(self.result, self.out, list(self.formats))
         return False
