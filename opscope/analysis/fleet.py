@@ -33,14 +33,32 @@ def default_lines() -> list[str]:
 
 
 def resolve_lines(spec: str | None) -> list[str]:
-    """'2.1,2.8,2.14' (or versions like 2.8.0) -> release lines, oldest first; None -> all wheel lines."""
-    from opscope.matrix.store import load_matrix, resolve_line
+    """'2.1,2.8,2.14' (lines: each line's newest release) or exact releases ('2.8.0.post2') -> the
+    targets judged, oldest first; None -> every release line with a wheel.  Unknown ones raise UserError."""
+    from opscope.matrix.store import load_matrix, resolve_release
 
     if not spec:
         return default_lines()
     matrix = load_matrix()
-    lines = {resolve_line(matrix, part.strip()) for part in spec.split(",") if part.strip()}
-    return [line for line in matrix.releases if line in lines]
+    chosen: dict = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if part:
+            release = resolve_release(matrix, part)
+            key = part.partition("==")[2].strip() if "==" in part else part
+            chosen.setdefault(release.version, key)
+    return [chosen[v] for v in sorted(chosen, key=_version_key)]
+
+
+def _version_key(version: str):
+    from opscope.matrix.store import version_key
+
+    return version_key(version)
+
+
+def target_version(key: str) -> str:
+    from opscope.matrix.store import load_matrix, resolve_release
+
+    return resolve_release(load_matrix(), key).version
 
 
 def judge_versions(result, lines: list[str]) -> dict:
@@ -71,10 +89,7 @@ def aggregate_fleet(records: list[dict], results: dict, lines: list[str], settin
     of the jobs that finished (``status`` ok)."""
     import pandas as pd
 
-    from opscope.matrix.store import load_matrix
-
-    matrix = load_matrix()
-    versions = {line: matrix.release(line).version for line in lines}
+    versions = {line: target_version(line) for line in lines}
     model_rows, op_rows, root_rows = [], [], []
     totals = {}
     for name, result in sorted(results.items()):
