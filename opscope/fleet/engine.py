@@ -244,7 +244,9 @@ def init_ray(address: str | None, workers: int | None):
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=True,
                   logging_level="ERROR")
     try:
-        if address:
+        if address and address.startswith("ray://"):
+            ray.init(address=address, log_to_driver=False)    # Ray Client: a remote driver
+        elif address:
             ray.init(address=address, **kwargs)
         else:
             ray.init(num_cpus=workers or os.cpu_count() or 1, object_store_memory=128 * 1024 * 1024,
