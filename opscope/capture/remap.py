@@ -197,13 +197,16 @@ class CudaRemapper:
         self._patch(cuda, "memory_summary", simple("cuda-memory", "torch.cuda.memory_summary()", "", name="memory_summary"))
         self._patch(cuda, "memory_stats", simple("cuda-memory", "torch.cuda.memory_stats()", dict, name="memory_stats"))
 
-        def event(*args, **kwargs):
-            rec("cuda-event", "torch.cuda.Event()")
-            return _FakeEvent()
+        # classes, not functions: libraries use them in annotations (`torch.cuda.Stream | None`)
+        class event(_FakeEvent):
+            def __init__(self, *args, **kwargs):
+                rec("cuda-event", "torch.cuda.Event()")
+                super().__init__()
 
-        def stream(*args, **kwargs):
-            rec("cuda-stream", "torch.cuda.Stream()")
-            return _FakeStream()
+        class stream(_FakeStream):
+            def __init__(self, *args, **kwargs):
+                rec("cuda-stream", "torch.cuda.Stream()")
+                super().__init__()
 
         def stream_ctx(*args, **kwargs):
             rec("cuda-stream", "torch.cuda.stream()")
