@@ -86,7 +86,10 @@ def test_readme_notebook_example_runs(huber_scan):
     exec(compile(code, "README.md", "exec"), {})
 
 
-def test_readme_setup_names_the_cpu_wheel():
+def test_readme_setup_is_the_one_command_ci_runs():
     setup = README.split("## Set up", 1)[1].split("##", 1)[0]
-    assert "pip install torch==2.13.0 --index-url" in setup and "/whl/cpu" in setup
-    assert 'pip install -e ".[test]"' in setup and "CUDA build" in setup
+    commands = [line for line in re.findall(r"```\n(.*?)```", setup, re.S)[0].splitlines() if line.strip()]
+    assert commands == ['pip install torch==2.13.0 -e ".[test]"']
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'pip install -q torch==2.13.0 -e ".[test' in ci and "python -m pytest -q" in ci
+    assert "CUDA build" in setup
