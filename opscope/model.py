@@ -15,7 +15,6 @@ SCAN_SCHEMA = "opscope.scan/1"
 
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
 VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
-CAUSES = ("input-varies", "data-dependent-output", "host-sync")
 ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "data-dependent-output", "host-sync",
               "untraced")
 

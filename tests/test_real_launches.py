@@ -7,7 +7,6 @@ nothing, a first step that never ends.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -194,3 +193,48 @@ def test_control_characters_in_the_error_text_never_break_the_reports(tmp_path):
     assert "Weights only load failed" in text and "\x1b" not in text and "\x07" not in text
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "Weights only load failed" in html and "\x1b" not in html
+
+
+def _start_scan(tmp_path, *extra):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "hang_at_step2.py"),
+                             "--steps", "5", "--out", str(out), "--quiet", "--format", "", *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "capture" / "steps.jsonl").exists():
+        time.sleep(0.2)
+    time.sleep(4)  # let step 1 run into the hang
+    return proc, out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkill_of_opscope_leaves_no_child(tmp_path):
+    proc, out = _start_scan(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive(str(SCRIPTS / "hang_at_step2.py")):
+        time.sleep(0.5)
+    assert not _alive(str(SCRIPTS / "hang_at_step2.py")), "the script outlived a SIGKILLed opscope"
+    assert not _alive(str(out / "capture" / "config.json")), "the capture child outlived opscope"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sighup_says_terminated_and_keeps_results(tmp_path):
+    proc, out = _start_scan(tmp_path, "--format", "html")
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 129, err[-3000:]
+    scan_json = load_scan(out)
+    assert scan_json["incomplete_reason"].startswith("terminated by SIGHUP")
+    assert (out / "report.html").exists() and "Traceback" not in err
+
+
+def test_max_memory_stops_the_script_and_keeps_what_was_captured(tmp_path):
+    proc = run_opscope("scan", SCRIPTS / "memory_hog.py", "--steps", "5", "--out", tmp_path, "--quiet",
+                       "--format", "", "--max-memory", "1200")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "--max-memory 1,200 MB" in proc.stderr and "Traceback" not in proc.stderr
+    scan_json = load_scan(tmp_path)
+    assert "more than --max-memory 1,200 MB" in scan_json["incomplete_reason"]
+    assert [s["index"] for s in scan_json["steps"] if s["complete"]][:2] == [1, 2]

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 from opscope.model import DynamicShape, OpCall, RootCause
 
-# origin kinds -> the cause class of scan.json (``opscope.model.CAUSES``)
+# origin kinds -> the cause class of scan.json (input-varies, data-dependent-output, host-sync)
 CAUSE_OF_KIND = {"data-dependent-output": "data-dependent-output", "host-sync": "host-sync"}
 # kinds that are a new source of variation whatever their inputs do
 _ALWAYS_ENTRY = ("data-dependent-output", "host-sync")

@@ -22,6 +22,7 @@ import ast
 import fnmatch
 import functools
 import os
+import stat
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1249,19 +1250,35 @@ def _brace_body(text: str, open_at: int) -> str:
 
 
 def iter_source_files(paths) -> list[Path]:
-    """Python and C/C++/CUDA files under ``paths`` (files or folders), skipping venvs and VCS dirs."""
+    """Python and C/C++/CUDA files under ``paths`` (files or folders), skipping venvs and VCS dirs.
+
+    Inside a folder, a symbolic link that leads out of it is not followed (a project's link to
+    ``/etc`` or a home folder is not the project), links to folders are never walked (no
+    loops), and only regular files are read (a FIFO named ``x.py`` would block forever).
+    """
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_file():
             found.append(path)
             continue
+        root = path.resolve()
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
             for fname in sorted(filenames):
                 if fname.endswith(PY_SUFFIXES) or fname.endswith(CPP_SUFFIXES):
-                    found.append(Path(dirpath) / fname)
+                    candidate = Path(dirpath) / fname
+                    if _inside_regular_file(candidate, root):
+                        found.append(candidate)
     return found
+
+
+def _inside_regular_file(path: Path, root: Path) -> bool:
+    try:
+        real = path.resolve(strict=True)
+        return real.is_relative_to(root) and stat.S_ISREG(real.stat().st_mode)
+    except (OSError, RuntimeError):   # dangling link, loop
+        return False
 
 
 def scan_file(path: Path, rules: RuleSet | None = None) -> list[Finding]:

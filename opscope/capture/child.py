@@ -40,6 +40,36 @@ def _user_frame_summary(exc: BaseException, script: str) -> str:
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
 
 
+STOP_REASON = "stop-reason.txt"   # written by the parent before it interrupts us: why
+
+
+def _stop_reason(out_dir: Path) -> str | None:
+    try:
+        return (out_dir / "capture" / STOP_REASON).read_text(encoding="utf-8").strip()[:300] or None
+    except OSError:
+        return None
+
+
+def _die_with_parent() -> None:
+    """If opscope itself dies (SIGKILL, OOM killer), take the script and all it started with us.
+
+    The child runs in its own session so that opscope can stop the whole group; that also
+    means nothing stops it when opscope is killed outright.  A watcher thread notices the
+    parent is gone and kills this process group (DataLoader workers, spawned ranks).
+    """
+    import threading
+    import time
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="opscope-parent-watch", daemon=True).start()
+
+
 def _resolve_device(requested: str) -> str:
     from opscope.capture.runner import resolve_device
     return resolve_device(requested)
@@ -98,6 +128,7 @@ def main(config_path: str, analyse=None) -> int:
     # opscope forwards Ctrl-C / its own SIGTERM as SIGINT; a shell may have started us with
     # SIGINT ignored (background jobs), so install Python's handler explicitly
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent()
     sys.argv = [script] + list(config.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured
@@ -129,7 +160,8 @@ def main(config_path: str, analyse=None) -> int:
         message = f"the script called sys.exit({exc.code!r})"
         where = _user_frame_summary(exc, script)
     except KeyboardInterrupt as exc:
-        kind, code, message = "interrupted", 130, "the scan was interrupted"
+        kind, code = "interrupted", 130
+        message = _stop_reason(out_dir) or "the scan was interrupted"
         where = _user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1

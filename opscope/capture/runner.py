@@ -68,7 +68,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,
                static: bool = True, capture_options: dict | None = None,
-               distributed: dict | None = None) -> ChildOutcome:
+               distributed: dict | None = None, max_memory_mb: float | None = None) -> ChildOutcome:
     """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
 
     ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
@@ -80,7 +80,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     out_dir = Path(out_dir)
     capture_dir = out_dir / "capture"
     capture_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "analysis_error.txt"):
+    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "analysis_error.txt",
+                  "stop-reason.txt"):
         (capture_dir / stale).unlink(missing_ok=True)
     config = {
         "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
@@ -109,6 +110,9 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     started = time.monotonic()
     timed_out = False
     interrupted = None
+    over_memory = None
+    limit_mb = max_memory_mb if max_memory_mb is not None else default_max_memory_mb()
+    next_memory_check = 0.0
     steps_file = capture_dir / "steps.jsonl"
     restore = _forward_termination()
     try:
@@ -124,11 +128,19 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
                 timed_out = True
                 _stop_child(proc, signal.SIGTERM)   # the child ends the step and writes what it has
                 break
+            if limit_mb and time.monotonic() >= next_memory_check:
+                next_memory_check = time.monotonic() + 1.0
+                used = group_rss_mb(proc.pid)
+                if used > limit_mb:   # enforced here, whatever the child is doing
+                    over_memory = used
+                    _stop_child(proc, signal.SIGINT, capture_dir, f"the script and its processes used "
+                                f"{used:,.0f} MB, more than --max-memory {limit_mb:,.0f} MB")
+                    break
     except (KeyboardInterrupt, _Terminated) as exc:
-        # Ctrl-C or SIGTERM to opscope: the script (in its own session) must not outlive us.
-        # SIGINT tells the child to stop and write what it captured; SIGKILL after the grace.
+        # Ctrl-C, SIGTERM or SIGHUP to opscope: the script (in its own session) must not outlive
+        # us.  SIGINT tells the child to stop and write what it captured; SIGKILL after the grace.
         interrupted = getattr(exc, "signum", signal.SIGINT)
-        _stop_child(proc, signal.SIGINT)
+        _stop_child(proc, signal.SIGINT, capture_dir, f"terminated by {signal.Signals(interrupted).name}")
     finally:
         restore()
         # the script's own children (DataLoader workers, spawned ranks) go with it
@@ -147,6 +159,11 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         outcome.kind = "interrupted"
         outcome.code = 128 + int(interrupted)
         outcome.message = f"opscope was stopped by {name}"
+    elif over_memory is not None:
+        outcome.kind = "memory"
+        outcome.code = 1
+        outcome.message = (f"the script and its processes used {over_memory:,.0f} MB, more than --max-memory "
+                           f"{limit_mb:,.0f} MB")
     if progress is not None:
         progress(_count_lines(steps_file))
     return outcome
@@ -181,19 +198,55 @@ class _Terminated(Exception):
 
 
 def _forward_termination():
-    """Turn SIGTERM into an exception while waiting, so the child is stopped, not orphaned."""
+    """Turn SIGTERM/SIGHUP into an exception while waiting, so the child is stopped, not orphaned."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def on_term(signum, frame):
         raise _Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, on_term)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    return lambda: [signal.signal(sig, handler) for sig, handler in previous.items()]
 
 
-def _stop_child(proc, sig) -> None:
-    """Ask the child to stop with ``sig``; kill its whole group after the grace period."""
+def default_max_memory_mb() -> float | None:
+    """Three quarters of the machine's RAM: a runaway script is stopped before the OOM killer acts."""
+    try:
+        with open("/proc/meminfo") as fh:
+            total_kb = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+        return total_kb / 1024 * 0.75
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def group_rss_mb(pgid: int) -> float:
+    """Resident memory (MB) of every process in process group ``pgid`` (Linux /proc)."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid:      # field 5 (pgrp), counted after "pid (comm)"
+                total += int(fields[21]) * page   # field 24 (rss, pages)
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 2**20
+
+
+def _stop_child(proc, sig, capture_dir: Path | None = None, reason: str | None = None) -> None:
+    """Ask the child to stop with ``sig`` (saying why); kill its whole group after the grace period."""
+    if reason and capture_dir is not None:
+        try:
+            (capture_dir / "stop-reason.txt").write_text(reason, encoding="utf-8")
+        except OSError:
+            pass
     _signal_group(proc, sig)
     try:
         proc.wait(timeout=GRACE_SECONDS)

@@ -21,7 +21,6 @@ from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.model import OpCall
 
 _CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
-STEP_MARKERS = ("auto", "optimizer", "backward", "module", "manual")
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
 CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step

@@ -49,6 +49,9 @@ def register(sub) -> None:
                    help="torch calls recorded per step before the rest of it runs unprofiled (default 20000)")
     p.add_argument("--max-capture-mb", type=int, default=None,
                    help="capture memory growth (MB) after which a step stops recording (default 1536)")
+    p.add_argument("--max-memory", type=positive_float, default=None, metavar="MB",
+                   help="stop the script (keeping what was captured) when it and its processes use more than "
+                        "this much memory (default: 3/4 of the machine's RAM)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary or progress")
     p.set_defaults(func=run)
 
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
                                               "max_capture_mb": args.max_capture_mb},
-                             distributed=plan)
+                             distributed=plan, max_memory_mb=args.max_memory)
     finally:
         status.stop()
     result = None
@@ -164,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.complete:
         code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)
         kept = sum(1 for s in result.steps if s.complete)
-        why = f"{outcome.message}: " if outcome.kind == "interrupted" else ""
-        raise UserError(f"{why}{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
+        raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
                         f"to {out / 'scan.json'}", code)
     score = (result.summary or {}).get("readiness_score")
     if args.fail_under is not None and (score is None or score < args.fail_under):
