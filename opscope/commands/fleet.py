@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--zoo", choices=["torchvision", "timm", "transformers"], help="generate one job per zoo model")
     p.add_argument("--models", help="with --zoo: comma-separated model names or fnmatch patterns "
                                     "(torchvision default: every classification/detection/segmentation builder)")
-    p.add_argument("--out", default="opscope-fleet", help="output folder (default opscope-fleet/)")
+    p.add_argument("-o", "--out", default="opscope-fleet", help="output folder (default opscope-fleet/)")
     p.add_argument("--steps", type=int, default=None, help="steps per job (default 3, or the manifest's)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per job's script (default 900)")
     p.add_argument("--retries", type=int, default=None, help="re-runs of a job that failed or timed out (default 0)")
@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--format", default="html,xlsx", help="fleet reports besides fleet.json (html,xlsx)")
     p.add_argument("--job-format", default="html,xlsx", help="reports of each job's scan (default html,xlsx)")
     p.add_argument("--dry-run", action="store_true", help="list the jobs (and which would be reused), run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run)
 
 
