@@ -10,24 +10,13 @@ from pathlib import Path
 
 def write_atomic(path, data: str | bytes, encoding: str = "utf-8", newline: str | None = None) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    def writer(tmp: Path) -> None:
         if isinstance(data, bytes):
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+            tmp.write_bytes(data)
         else:
-            with os.fdopen(fd, "w", encoding=encoding, newline=newline) as fh:
+            with open(tmp, "w", encoding=encoding, newline=newline) as fh:
                 fh.write(data)
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_via_temp(path, writer)
 
 
 def _umask() -> int:
