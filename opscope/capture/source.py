@@ -21,7 +21,10 @@ import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Literal
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -83,7 +86,7 @@ class UserCode:
 
     def display(self, filename: str) -> str | None:
         """Return the path to show for a user file, or None if it is library code."""
-        hit = self._cache.get(filename, False)
+        hit: str | None | Literal[False] = self._cache.get(filename, False)
         if hit is not False:
             return hit
         result = None
@@ -140,21 +143,21 @@ class SourceTracker(TorchFunctionMode):
         self.origin_meta: dict[int, tuple] = {}              # id -> (line, kind, parents set, calls set)
         self.changed_origins: set = set()
         self.origin_shapes: dict[int, set] = {}              # this step: id -> output shape tuples
-        self.loading = None                                  # loader origin while a DataLoader fetches
+        self.loading: int | None = None                           # loader origin while a DataLoader fetches
         # Set by the session when a step ended inside an open profiler range (e.g. the
         # optimizer's post-hook): the profiler is only restarted at the next safe point,
         # the entry of an outermost torch call, never inside a record_function range.
         self.boundary_pending = False
-        self.on_safe_point = None
+        self.on_safe_point: Callable[[], None] | None = None
         # Bounded capture memory: the session stops recording a step after this many calls.
         self.calls_in_step = 0
         self.call_cap = 0
-        self.on_call_cap = None
+        self.on_call_cap: Callable[[], None] | None = None
 
     # -- helpers -----------------------------------------------------------------
     def _where(self) -> tuple[str | None, bool]:
         """(first user frame as "file:line", whether a module import is under way below it)."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         importing = False
         while frame is not None:
             filename = frame.f_code.co_filename
@@ -332,7 +335,7 @@ def _pass_origins(args, out) -> None:
         origins = getattr(args[0], "_opscope_origins", None)
         if origins and getattr(out, "_opscope_origins", None) is None:
             try:
-                out._opscope_origins = origins
+                out._opscope_origins = origins   # type: ignore[attr-defined]
             except Exception:
                 pass
 
