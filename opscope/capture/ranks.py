@@ -153,7 +153,7 @@ class UncapturedSession(CaptureSession):
 
 def capture_options(config: dict) -> dict:
     """Session options chosen on the command line (compile, memory bounds)."""
-    options = {"keep_compile": bool(config.get("keep_compile", False))}
+    options: dict[str, bool | int] = {"keep_compile": bool(config.get("keep_compile", False))}
     options.update({k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
     return options
 
@@ -189,8 +189,8 @@ def install_spawn(session, config: dict) -> None:
         return _start(orig_start, fn, args, nprocs, join, daemon)
 
     for owner in (tmp, spawn_mod):
-        owner.start_processes = start_processes
-        owner.spawn = spawn
+        owner.start_processes = start_processes   # type: ignore[attr-defined]
+        owner.spawn = spawn   # type: ignore[attr-defined]
     import multiprocessing.process as mp_process
     orig_process_start = mp_process.BaseProcess.start
 
@@ -198,7 +198,7 @@ def install_spawn(session, config: dict) -> None:
         _wrap_rank_process(this)
         return orig_process_start(this)
 
-    mp_process.BaseProcess.start = process_start
+    mp_process.BaseProcess.start = process_start   # type: ignore[method-assign]
 
 
 def spawned() -> bool:
