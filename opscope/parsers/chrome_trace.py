@@ -8,7 +8,7 @@ from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
 
 
-def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile:
+def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile | None:
     """Parse one trace; pass ``builder`` to merge several files (one per step) into one Profile."""
     path = Path(path)
     own = builder is None
