@@ -641,8 +641,8 @@ class _Flow(ast.NodeVisitor):
             for k, v in zip(node.keys, node.values):
                 if k is None:                      # {**base, ...}
                     slots += self._read_slots(v)
-                elif _const_str(k) is not None:
-                    entries.append((k.value, v, k))
+                elif (key := _const_str(k)) is not None:
+                    entries.append((key, v, k))
             return entries, slots
         for a in node.args[:1]:
             inner, only = self._dicts(a)
@@ -702,9 +702,9 @@ class _Flow(ast.NodeVisitor):
                 for t in target.elts:
                     self.opaque.update(self._store_slots(t.value if isinstance(t, ast.Starred) else t))
             return
-        if isinstance(target, ast.Subscript) and _const_str(target.slice) is not None:
+        if isinstance(target, ast.Subscript) and (key := _const_str(target.slice)) is not None:
             for slot in self._read_slots(target.value):
-                self.entries.setdefault(slot, []).append((target.slice.value, value, target))
+                self.entries.setdefault(slot, []).append((key, value, target))
         self._flow_into(value, self._store_slots(target))
 
     def visit_Assign(self, node):
@@ -814,7 +814,9 @@ class _Flow(ast.NodeVisitor):
                         self._flow_into(kw.value, [("n", scope, kw.arg)])
         stars = [kw.value for kw in node.keywords if kw.arg is None]
         if stars:
-            entries, slots, complete = [], [], True
+            entries: list = []
+            slots: list = []
+            complete = True
             for expr in stars:
                 dicts, only = self._dicts(expr)
                 for d in dicts:
@@ -1059,6 +1061,7 @@ class _Finder(ast.NodeVisitor):
         """The line Python reports for a call: the attribute's line for method calls."""
         if isinstance(chain, ast.Attribute) and chain.end_lineno != chain.lineno:
             line = chain.end_lineno
+            assert chain.end_col_offset is not None   # parsed nodes have positions
             return line, chain.end_col_offset - len(chain.attr.encode())
         return node.lineno, node.col_offset
 

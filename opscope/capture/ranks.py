@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from opscope.capture import distributed
 from opscope.capture.session import CaptureSession, StopScan
@@ -165,8 +166,8 @@ def make_session(capture: bool, out_dir, steps, **kwargs):
 # -- torch.multiprocessing.spawn ----------------------------------------------------------------
 class _State:
     def __init__(self):
-        self.session = None        # the launching process's own session
-        self.config = None
+        self.session: Any = None   # the launching process's own session (a CaptureSession)
+        self.config: Any = None    # its child config (a dict), from install_spawn
         self.spawns = 0            # launches so far (only the first is captured)
         self.launches: list[dict] = []   # per launch: rank -> multiprocessing process
         self.process_launch: dict | None = None   # the open launch of Process(target=fn, args=(rank, ...))
@@ -329,6 +330,7 @@ class _RankTarget:
             raise StopScan("terminated")
 
         signal.signal(signal.SIGTERM, on_term)
+        error: BaseException | None
         kind, code, message, where, error = "finished", 0, "", None, None
         session.start()
         try:

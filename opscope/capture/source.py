@@ -238,14 +238,14 @@ class SourceTracker(TorchFunctionMode):
             # not the user's operator
             return func(*args, **kwargs)
         if self.boundary_pending and threading.get_ident() == self.owner_thread:
-            self.on_safe_point()
+            self.on_safe_point()   # type: ignore[misc]  # set by the session that sets boundary_pending
         moved = False
         if self.remapper is not None:
             args, kwargs, handled, result = self.remapper.on_call(func, args, kwargs)
             moved = self.remapper.moved
             if handled:
                 if moved and isinstance(result, torch.Tensor):
-                    result._opscope_dev = True
+                    result._opscope_dev = True   # type: ignore[attr-defined]
                 _pass_origins(args, result)
                 return result
         fname = getattr(func, "__name__", "")
@@ -259,7 +259,7 @@ class SourceTracker(TorchFunctionMode):
             self.on_call_cap()
         where, importing = self._where()
         # origins: every origin among the tensor inputs (by tensor identity)
-        origins = frozenset()
+        origins: frozenset = frozenset()
         has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
         for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ()):
@@ -281,6 +281,7 @@ class SourceTracker(TorchFunctionMode):
         oid = None
         if kind is not None and where is not None:
             parents = () if kind in ("host-sync", "factory") else origins
+            assert at is not None   # `where` or the synced value's line, both checked above
             oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
                                else fname)
         # the operators of this call: sized by its inputs, by the origin it creates (a factory,

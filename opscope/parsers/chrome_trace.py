@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import overload
 
 from opscope.model import Profile
 from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
+
+
+@overload
+def load_chrome_trace(path, file_step: int | None = None, builder: None = None) -> Profile: ...
+@overload
+def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile | None: ...
 
 
 def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile | None:

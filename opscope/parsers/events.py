@@ -450,7 +450,8 @@ class ProfileBuilder:
         Returns (unattributed µs, NPU-inserted kernels, per-step tasks, collectives)."""
         rules = self.rules
         unattributed = 0.0
-        inserted = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0, "ops": Counter()})
+        inserted: defaultdict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0,
+                                                                           "ops": Counter()})
         classified = []
         for kernel in kernels:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
@@ -462,7 +463,9 @@ class ProfileBuilder:
         span_starts = [s[0] for s in spans]
         step_windows = sorted(windows)
         window_starts = [w[0] for w in step_windows]
-        tasks, collectives, copies = [], [], {}
+        tasks: list = []
+        collectives: list = []
+        copies: dict = {}
         for kernel, klass, owner in classified:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
             if owner is None and klass in ("comm-subtask", "communication") and spans:
