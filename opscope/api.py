@@ -15,6 +15,7 @@ import datetime as _dt
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from opscope.capture.runner import ChildOutcome
 from opscope.capture.session import CaptureSession
@@ -57,7 +58,7 @@ class capture:
     def done(self) -> bool:
         return self.session.done
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.session.finish()
         if exc is None:
             outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)

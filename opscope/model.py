@@ -47,7 +47,7 @@ class _Record:
 
     @classmethod
     def from_dict(cls, data: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)}   # type: ignore[arg-type]  # subclasses are dataclasses
         record = cls(**{k: v for k, v in data.items() if k in names})
         record.keep_unknown({k: v for k, v in data.items() if k not in names})
         return record
@@ -56,7 +56,7 @@ class _Record:
         """Remember fields of a newer schema so that ``to_dict`` writes them back unchanged
         (records with ``__slots__``, never stored in scan.json, have nowhere to keep them)."""
         if fields and hasattr(self, "__dict__"):
-            self.unknown_fields = dict(fields)
+            self.unknown_fields = dict(fields)   # type: ignore[misc]  # only where there is a __dict__
 
 
 @dataclass(slots=True)   # a capture holds one per distinct call of every step: keep them small
@@ -250,6 +250,7 @@ class ScanResult(_Record):
     @classmethod
     def from_dict(cls, data: dict):
         res = super().from_dict(data)
+        kind: type[_Record]
         for name, kind in cls._NESTED.items():
             setattr(res, name, [x if isinstance(x, kind) else kind.from_dict(x) for x in getattr(res, name)])
         return res

@@ -124,7 +124,7 @@ def value_of(value, hint, where: str):
     """``value`` checked against one type hint (``str | None``, ``list[int]``, a record, ...)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
+        options: typing.Sequence[typing.Any] = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
         options = [o for o in options if o is not type(None)]

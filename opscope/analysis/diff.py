@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from opscope.model import Profile, _clean
 
@@ -115,7 +116,7 @@ def compared_calls(profile: Profile, warmup: int | None = None) -> tuple[list, i
     would show as fractional per-step counts); set-up and data loading (phase 'other':
     DataLoader, opscope.setup) and host<->device transfers (compared separately) are
     left out."""
-    steps = measured_steps(profile, warmup)
+    steps: set | None = measured_steps(profile, warmup)
     calls = [c for c in profile.calls if c.step in steps] if steps else []
     if not calls:
         calls, steps = stepped_calls(profile), None
@@ -468,8 +469,8 @@ def synchronisation(profiles: list[Profile]) -> dict:
     last one waits (``wait_us`` = last arrival - own arrival; msprof-analyze calls it
     *Synchronization Time*); ``late_us`` = own arrival - first arrival.  Per rank: sums per
     step.  Empty when fewer than two ranks have collectives."""
-    by_kernel = defaultdict(dict)
-    steps_of = {}
+    by_kernel: defaultdict[tuple, dict] = defaultdict(dict)
+    steps_of: dict = {}
     for i, prof in enumerate(profiles):
         rank = prof.rank if prof.rank is not None else i
         colls = prof.metadata.get("collectives") or []
@@ -479,8 +480,9 @@ def synchronisation(profiles: list[Profile]) -> dict:
     shared = {k: v for k, v in by_kernel.items() if len(v) == len(profiles) and len(v) > 1}
     if not shared:
         return {}
-    wait, late = defaultdict(float), defaultdict(float)
-    first_gap = None
+    wait: defaultdict = defaultdict(float)
+    late: defaultdict = defaultdict(float)
+    first_gap: dict | None = None
     for key in sorted(shared, key=lambda k: min(shared[k].values())):
         arrivals = shared[key]
         lo, hi = min(arrivals.values()), max(arrivals.values())
@@ -488,7 +490,7 @@ def synchronisation(profiles: list[Profile]) -> dict:
             wait[rank] += hi - t
             late[rank] += t - lo
         if first_gap is None:
-            first_gap = {"collective": key[1], "step": key[0], "late_rank": max(arrivals, key=arrivals.get),
+            first_gap = {"collective": key[1], "step": key[0], "late_rank": max(arrivals, key=arrivals.__getitem__),
                          "gap_us": round(hi - lo, 3)}
     return {"collectives_compared": len(shared), "first_collective": first_gap,
             "wait_us": {r: round(v / steps_of[r], 3) for r, v in wait.items()},
@@ -507,7 +509,7 @@ def compare_ranks(profiles: list[Profile], warmup=None, top: int = 10) -> dict:
     if len(profiles) < 2:
         return {}
     ranks = []
-    per_op = defaultdict(dict)
+    per_op: defaultdict[str, dict] = defaultdict(dict)
     sync = synchronisation(profiles)
     for i, prof in enumerate(profiles):
         rank = prof.rank if prof.rank is not None else i
@@ -527,7 +529,7 @@ def compare_ranks(profiles: list[Profile], warmup=None, top: int = 10) -> dict:
         for call in calls:
             t = call.device_time_us if on_device else call.self_time_us
             per_op[call.name][rank] = per_op[call.name].get(rank, 0.0) + t / step_count(prof)
-    result = {"ranks": ranks, "slow_rank": None, "threshold_pct": 100 * SLOW_RANK_THRESHOLD}
+    result: dict[str, Any] = {"ranks": ranks, "slow_rank": None, "threshold_pct": 100 * SLOW_RANK_THRESHOLD}
     if sync:
         result["synchronisation"] = sync
     result.update(_slow_rank(ranks, sync))
@@ -536,7 +538,7 @@ def compare_ranks(profiles: list[Profile], warmup=None, top: int = 10) -> dict:
         if len(times) > 1:
             lo, hi = min(times.values()), max(times.values())
             spread.append({"name": name, "min_us": round(lo, 3), "max_us": round(hi, 3), "spread_us": round(hi - lo, 3),
-                           "slowest_rank": max(times, key=times.get)})
+                           "slowest_rank": max(times, key=times.__getitem__)})
     spread.sort(key=lambda r: -r["spread_us"])
     result["op_spread"] = spread[:top]
     return result
@@ -594,7 +596,7 @@ def fallbacks_from_log(text: str, rules=None) -> list[dict]:
     from opscope.parsers.rules import rules as load_rules
 
     rules = rules or load_rules()
-    seen = Counter()
+    seen: Counter[str] = Counter()
     for line in text.splitlines():
         for pattern in rules.fallback_log:   # first matching pattern wins: one warning, one count
             match = pattern.search(line)
@@ -607,8 +609,8 @@ def fallbacks_from_log(text: str, rules=None) -> list[dict]:
 
 def _fallbacks(profile: Profile, side: str, log_text: str | None) -> list[dict]:
     out = []
-    counts = Counter()
-    evidence = {}
+    counts: Counter[str] = Counter()
+    evidence: dict = {}
     for item in profile.metadata.get("fallback_evidence") or []:
         counts[item["op"]] += 1
         evidence[item["op"]] = "CPU kernels under it: " + ", ".join(item["evidence"])
@@ -658,8 +660,8 @@ def diff_profiles(a, b, *, label_a: str = "A", label_b: str = "B", warmup: int |
         if shapes:
             result.shape_changes.append({"name": r.name, "phase": r.phase, "args": shapes})
         for d in dtypes:
-            shape_a = r.input_shapes_a[d["arg"]] if d["arg"] < len(r.input_shapes_a or []) else None
-            shape_b = r.input_shapes_b[d["arg"]] if d["arg"] < len(r.input_shapes_b or []) else None
+            shape_a = (r.input_shapes_a or [])[d["arg"]] if d["arg"] < len(r.input_shapes_a or []) else None
+            shape_b = (r.input_shapes_b or [])[d["arg"]] if d["arg"] < len(r.input_shapes_b or []) else None
             if shape_a == [] and shape_b == [] and rules.is_python_scalar_dtype(d["a"]) \
                     and rules.is_python_scalar_dtype(d["b"]):
                 continue        # a Python number wrapped as a 0-dim tensor: int vs float literal, not a port issue
@@ -696,7 +698,7 @@ def _transfers(profile: Profile, label: str) -> dict:
     steps = measured_steps(profile)
     idx = profile.metadata.get("transfer_calls") or []
     n = max(len(steps), 1)
-    leaves = defaultdict(lambda: {"calls": 0, "device_us": 0.0})
+    leaves: defaultdict[tuple, dict[str, float]] = defaultdict(lambda: {"calls": 0, "device_us": 0.0})
     for i in idx:
         call = profile.calls[i] if i < len(profile.calls) else None
         if call is None or (steps and call.step not in steps) or call.device_time_us <= 0:
@@ -714,7 +716,7 @@ def _transfers(profile: Profile, label: str) -> dict:
 
 
 def _folded(rows) -> list[dict]:
-    by = defaultdict(lambda: {"calls": 0.0, "time_us": 0.0})
+    by: defaultdict[tuple, dict[str, float]] = defaultdict(lambda: {"calls": 0.0, "time_us": 0.0})
     for r in rows:
         if r.status == "folded":
             side = "a" if r.calls_a else "b"
@@ -726,7 +728,7 @@ def _folded(rows) -> list[dict]:
 
 
 def _name_summary(rows, status, present_other) -> list[dict]:
-    by_name = defaultdict(lambda: {"calls": 0.0, "time_us": 0.0, "phases": set(), "parents": Counter()})
+    by_name: defaultdict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0.0, "time_us": 0.0, "phases": set(), "parents": Counter()})
     for r in rows:
         if r.status == status and r.name not in present_other:
             entry = by_name[r.name]
@@ -740,7 +742,7 @@ def _name_summary(rows, status, present_other) -> list[dict]:
 
 
 def _inserted(rows, profile_b, label_b) -> list[dict]:
-    ops = defaultdict(lambda: {"calls": 0.0, "host_us": 0.0, "device_us": 0.0, "parents": Counter()})
+    ops: defaultdict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0.0, "host_us": 0.0, "device_us": 0.0, "parents": Counter()})
     for r in rows:
         if r.status == "inserted":
             e = ops[r.name]

@@ -20,6 +20,7 @@ into that root cause and listed in its ``related`` lines.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 from opscope.model import DynamicShape, OpCall, RootCause
 
@@ -76,6 +77,7 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
     """(origin id -> {where, kind, parents, calls}, origin id -> {step -> set of shape keys})."""
     table: dict[int, dict] = {}
     shapes: dict[int, dict] = defaultdict(dict)
+    side = side or {}
     for step in sorted((side or {}), key=int):
         data = side[step] or {}
         for oid, (where, kind, parents, calls) in (data.get("origins") or {}).items():
@@ -189,7 +191,7 @@ def _listify(value):
     return [_listify(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
-def _values_by_step(per_step: dict, positions: list | None) -> dict:
+def _values_by_step(per_step: dict, positions: Collection | None) -> dict:
     """Per step, the sizes at ``positions`` ((arg, dim) pairs), or every size when None."""
     out = {}
     for step, shapes in per_step.items():

@@ -139,7 +139,7 @@ def _public_record(record: dict) -> dict:
 
 
 def _summary(records, results, models_df, lines) -> dict:
-    status = {}
+    status: dict = {}
     for r in records:
         status[r.get("status", "failed")] = status.get(r.get("status", "failed"), 0) + 1
     ready = {}

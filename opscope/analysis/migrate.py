@@ -123,13 +123,16 @@ def _imports_torch(tree: ast.Module) -> bool:
 def _import_insert_line(tree: ast.Module) -> int:
     """0-based line index to insert ``import torch_npu`` at: after the first top-level torch
     import, else after the docstring and ``from __future__`` imports."""
+    node: ast.stmt
     for node in tree.body:
+        assert node.end_lineno is not None   # parsed statements have positions
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" for a in node.names):
             return node.end_lineno
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and not node.level:
             return node.end_lineno
     after = 0
     for node in tree.body:
+        assert node.end_lineno is not None
         is_doc = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
         if is_doc or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             after = node.end_lineno

@@ -48,7 +48,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     operators = aggregate(calls, steady_steps=steady)
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
     for op in operators:
-        op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources or [op.source]))
+        op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
     uses_device = any(op.on_device for op in operators)
     host_note = _classify_host_ops(operators)
     result = ScanResult(
@@ -209,6 +209,7 @@ def _mark_host_only(result: ScanResult, uses_device: bool = True) -> None:
 def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
     if static_paths is None:
         return
+    assert result.script is not None   # build_scan_result's result names its script
     from opscope.analysis.findings import merge_findings
     from opscope.analysis.static_scan import scan_paths
     files = {Path(result.script)}

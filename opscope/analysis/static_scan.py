@@ -26,6 +26,7 @@ import stat
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from opscope.model import Finding
 
@@ -112,6 +113,13 @@ class Rule:
 
     def matches_import(self, module: str) -> bool:
         return any(fnmatch.fnmatchcase(module, p) for p in self.imports)
+
+    @overload
+    def render(self, template: str, **values) -> str: ...
+    @overload
+    def render(self, template: None, **values) -> None: ...
+    @overload
+    def render(self, template: str | None, **values) -> str | None: ...
 
     def render(self, template: str | None, **values) -> str | None:
         if template is None:
@@ -440,15 +448,15 @@ def _string_parts(node) -> list:
         return _string_parts(node.body) + _string_parts(node.orelse)
     if isinstance(node, ast.BoolOp):
         return [p for v in node.values for p in _string_parts(v)]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _const_str(node.left) is not None:
-        return [(node.left, _PERCENT_FIELD.sub("0", node.left.value))]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and (left := _const_str(node.left)) is not None:
+        return [(node.left, _PERCENT_FIELD.sub("0", left))]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         right = _const_str(node.right)
         return [(lit, text + (right if right is not None else "0")) for lit, text in _string_parts(node.left)]
     if isinstance(node, ast.Call):
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "format" and _const_str(func.value) is not None:
-            return [(func.value, _FORMAT_FIELD.sub("0", func.value.value))]
+        if isinstance(func, ast.Attribute) and func.attr == "format" and (fmt := _const_str(func.value)) is not None:
+            return [(func.value, _FORMAT_FIELD.sub("0", fmt))]
         if isinstance(func, ast.Attribute) and func.attr in ("get", "getenv") and len(node.args) == 2:
             return _string_parts(node.args[1])
         if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) == 3:
@@ -468,7 +476,8 @@ def _argparse_dest(call: ast.Call) -> str | None:
     flags = [_const_str(a) for a in call.args]
     if not flags or any(f is None for f in flags):
         return None
-    chosen = next((f for f in flags if f.startswith("--")), None) or flags[0]
+    names = [f for f in flags if f is not None]   # all of them (checked above)
+    chosen = next((f for f in names if f.startswith("--")), None) or names[0]
     return chosen.lstrip("-").replace("-", "_") or None
 
 
@@ -573,8 +582,8 @@ class _Flow(ast.NodeVisitor):
             return out
         if isinstance(target, ast.Attribute):
             return [("a", target.attr)]
-        if isinstance(target, ast.Subscript) and _const_str(target.slice) is not None:
-            return [("k", target.slice.value)]
+        if isinstance(target, ast.Subscript) and (key := _const_str(target.slice)) is not None:
+            return [("k", key)]
         return []
 
     def _read_slots(self, node) -> list:
@@ -587,7 +596,8 @@ class _Flow(ast.NodeVisitor):
                 return []  # a member of an imported module
             return [("a", node.attr)]
         if isinstance(node, ast.Subscript):
-            return [("k", node.slice.value)] if _const_str(node.slice) is not None else []
+            key = _const_str(node.slice)
+            return [("k", key)] if key is not None else []
         if isinstance(node, ast.IfExp):
             return self._read_slots(node.body) + self._read_slots(node.orelse)
         if isinstance(node, ast.BoolOp):
@@ -606,8 +616,9 @@ class _Flow(ast.NodeVisitor):
                     [s for a in node.args[1:] for s in self._read_slots(a)]
             if self._is_builtin(func, "str") and node.args:
                 return self._read_slots(node.args[0])
-            if self._is_builtin(func, "getattr") and len(node.args) >= 2 and _const_str(node.args[1]) is not None:
-                return [("a", node.args[1].value)] + [s for a in node.args[2:] for s in self._read_slots(a)]
+            if self._is_builtin(func, "getattr") and len(node.args) >= 2 \
+                    and (attr := _const_str(node.args[1])) is not None:
+                return [("a", attr)] + [s for a in node.args[2:] for s in self._read_slots(a)]
             fn = self._local_function(func)
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return [("r", id(self.scopes[id(fn)]))]
@@ -630,8 +641,8 @@ class _Flow(ast.NodeVisitor):
             for k, v in zip(node.keys, node.values):
                 if k is None:                      # {**base, ...}
                     slots += self._read_slots(v)
-                elif _const_str(k) is not None:
-                    entries.append((k.value, v, k))
+                elif (key := _const_str(k)) is not None:
+                    entries.append((key, v, k))
             return entries, slots
         for a in node.args[:1]:
             inner, only = self._dicts(a)
@@ -691,9 +702,9 @@ class _Flow(ast.NodeVisitor):
                 for t in target.elts:
                     self.opaque.update(self._store_slots(t.value if isinstance(t, ast.Starred) else t))
             return
-        if isinstance(target, ast.Subscript) and _const_str(target.slice) is not None:
+        if isinstance(target, ast.Subscript) and (key := _const_str(target.slice)) is not None:
             for slot in self._read_slots(target.value):
-                self.entries.setdefault(slot, []).append((target.slice.value, value, target))
+                self.entries.setdefault(slot, []).append((key, value, target))
         self._flow_into(value, self._store_slots(target))
 
     def visit_Assign(self, node):
@@ -803,7 +814,9 @@ class _Flow(ast.NodeVisitor):
                         self._flow_into(kw.value, [("n", scope, kw.arg)])
         stars = [kw.value for kw in node.keywords if kw.arg is None]
         if stars:
-            entries, slots, complete = [], [], True
+            entries: list = []
+            slots: list = []
+            complete = True
             for expr in stars:
                 dicts, only = self._dicts(expr)
                 for d in dicts:
@@ -871,7 +884,8 @@ class _Finder(ast.NodeVisitor):
 
     def __init__(self, rules: RuleSet, scopes: dict[int, _Scope], lines: list[bytes], flow):
         self.rules = rules
-        self._flow, self._make_flow = None, flow   # built on first use: most files never need it
+        self._flow: _Flow | None = None   # built on first use: most files never need it
+        self._make_flow = flow
         self.resolve = _Resolver(scopes)
         self.scopes = scopes
         self.lines = lines
@@ -1007,6 +1021,7 @@ class _Finder(ast.NodeVisitor):
         """`rewrite: rename`: the reference's last name becomes `rewrite_to` (dist.X -> dist.Y)."""
         if not isinstance(chain, ast.Attribute) or not rule.rewrite_to:
             return None, "imported by its own name: change the import and the uses together"
+        assert chain.end_lineno is not None and chain.end_col_offset is not None   # parsed nodes have positions
         start = chain.end_col_offset - len(chain.attr.encode())
         return Edit(chain.end_lineno, start, chain.end_col_offset, chain.attr, rule.rewrite_to), None
 
@@ -1046,6 +1061,7 @@ class _Finder(ast.NodeVisitor):
         """The line Python reports for a call: the attribute's line for method calls."""
         if isinstance(chain, ast.Attribute) and chain.end_lineno != chain.lineno:
             line = chain.end_lineno
+            assert chain.end_col_offset is not None   # parsed nodes have positions
             return line, chain.end_col_offset - len(chain.attr.encode())
         return node.lineno, node.col_offset
 
@@ -1082,6 +1098,7 @@ class _Finder(ast.NodeVisitor):
                 self.consumed.update(id(n) for n in literal_nodes)
                 edits = self._literal_edits(literal_nodes, rule.where["is"])
             elif rule.rewrite == "method-npu":
+                assert func.end_lineno is not None and func.end_col_offset is not None
                 start = func.end_col_offset - len(func.attr.encode())
                 edits = [Edit(func.end_lineno, start, func.end_col_offset, func.attr, "npu")]
             else:

@@ -216,10 +216,10 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
     own = ctx.observed(op)
     evidence = dict(own.evidence)
     if own.verdict in ("unsupported", "unknown") and op.parent and op.parent != op.name:
-        parent = ctx.intrinsic(op.parent, None)
-        if parent.evidence.get("decomposition") == FOREIGN_DECOMPOSITION:
+        parent_own = ctx.intrinsic(op.parent, None)
+        if parent_own.evidence.get("decomposition") == FOREIGN_DECOMPOSITION:
             return "not-applicable", {"rule": "other-torch-decomposition", "judged_through": op.parent,
-                                      "parent_verdict": parent.verdict,
+                                      "parent_verdict": parent_own.verdict,
                                       "detail": f"part of how the scanning torch decomposes {op.parent}; "
                                                 f"{ctx.schema.source} (the torch torch_npu {ctx.release.version} "
                                                 "is built for) decomposes it differently, so this op does not "
@@ -244,7 +244,7 @@ def dtype_warnings(op) -> list[str]:
     notes = load_matrix().dtype_notes
     base = op.name.rpartition("::")[2]
     names = [base, base.rstrip("_"), f"nn.functional.{base}"] + list((config.get("opinfo_aliases") or {}).get(base, []))
-    seen = {(config.get("profiler_dtypes") or {}).get(d) for d in op.dtypes or []} - {None}
+    seen: set = {(config.get("profiler_dtypes") or {}).get(d) for d in op.dtypes or []} - {None}
     out = []
     for opinfo in dict.fromkeys(names):
         for dtype in sorted(seen):

@@ -8,6 +8,7 @@ come from ``support_matrix/verify_standards.yaml`` where each one cites its sour
 from __future__ import annotations
 
 import math
+from typing import Any
 
 # measured: --device cpu, the CPU's own numerics against float64, nothing judged
 OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
@@ -180,7 +181,7 @@ def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | 
         return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": f"{len(device_outs)} outputs on the device, {len(reference)} on the CPU"}
     index_ops = set((standards.get("index_outputs") or {}).get("ops") or [])
-    worst = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
+    worst: dict[str, Any] = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
     headline = None
     for pos, (dev, ref) in enumerate(zip(device_outs, reference)):
         orc = oracle[pos] if oracle is not None and pos < len(oracle) else None

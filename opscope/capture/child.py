@@ -144,6 +144,7 @@ def main(config_path: str, analyse=None) -> int:
         module_name, _, func_name = spec.partition(":")
         getattr(importlib.import_module(module_name), func_name or "install")(ctx)
     session.start()
+    code: object   # an exit status, or what a rank reported
     kind, code, message, where = "finished", 0, "", None
     try:
         runpy.run_path(script, run_name="__main__")

@@ -70,7 +70,7 @@ class LossRecorder:
             original_init(opt, *args, **kwargs)
             recorder.optimizers.append(weakref.ref(opt))
 
-        torch.optim.Optimizer.__init__ = init
+        torch.optim.Optimizer.__init__ = init   # type: ignore[method-assign,assignment]
 
         scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler_cls is not None:

@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from opscope.capture import distributed
 from opscope.capture.session import CaptureSession, StopScan
@@ -153,7 +154,7 @@ class UncapturedSession(CaptureSession):
 
 def capture_options(config: dict) -> dict:
     """Session options chosen on the command line (compile, memory bounds)."""
-    options = {"keep_compile": bool(config.get("keep_compile", False))}
+    options: dict[str, bool | int] = {"keep_compile": bool(config.get("keep_compile", False))}
     options.update({k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
     return options
 
@@ -165,8 +166,8 @@ def make_session(capture: bool, out_dir, steps, **kwargs):
 # -- torch.multiprocessing.spawn ----------------------------------------------------------------
 class _State:
     def __init__(self):
-        self.session = None        # the launching process's own session
-        self.config = None
+        self.session: Any = None   # the launching process's own session (a CaptureSession)
+        self.config: Any = None    # its child config (a dict), from install_spawn
         self.spawns = 0            # launches so far (only the first is captured)
         self.launches: list[dict] = []   # per launch: rank -> multiprocessing process
         self.process_launch: dict | None = None   # the open launch of Process(target=fn, args=(rank, ...))
@@ -189,8 +190,8 @@ def install_spawn(session, config: dict) -> None:
         return _start(orig_start, fn, args, nprocs, join, daemon)
 
     for owner in (tmp, spawn_mod):
-        owner.start_processes = start_processes
-        owner.spawn = spawn
+        owner.start_processes = start_processes   # type: ignore[attr-defined]
+        owner.spawn = spawn   # type: ignore[attr-defined]
     import multiprocessing.process as mp_process
     orig_process_start = mp_process.BaseProcess.start
 
@@ -198,7 +199,7 @@ def install_spawn(session, config: dict) -> None:
         _wrap_rank_process(this)
         return orig_process_start(this)
 
-    mp_process.BaseProcess.start = process_start
+    mp_process.BaseProcess.start = process_start   # type: ignore[method-assign]
 
 
 def spawned() -> bool:
@@ -329,6 +330,7 @@ class _RankTarget:
             raise StopScan("terminated")
 
         signal.signal(signal.SIGTERM, on_term)
+        error: BaseException | None
         kind, code, message, where, error = "finished", 0, "", None, None
         session.start()
         try:

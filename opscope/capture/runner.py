@@ -58,7 +58,7 @@ def _npu_available() -> bool:
     try:  # pragma: no cover - needs Ascend hardware
         import torch
         import torch_npu  # noqa: F401
-        return bool(torch.npu.is_available())
+        return bool(torch.npu.is_available())   # type: ignore[attr-defined]
     except Exception:
         return False
 

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -77,23 +78,23 @@ class CaptureSession:
         self._closure_forwards = 0
         self._closure_paused = False
         self.max_capture_mb = max_capture_mb
-        self._watcher = None
-        self.prof = None
+        self._watcher: threading.Thread | None = None
+        self.prof: Any = None   # torch.autograd.profiler.profile while a step is recorded
         self.step_index = 0
         self.step_started = 0.0
         self.done = False
         self.main_thread = threading.get_native_id()
-        self._setup_rf = None   # annotation "opscope.setup": from start to the first module forward
+        self._setup_rf: Any = None   # annotation "opscope.setup": from start to the first module forward
         self.optimizer_seen = False
         self.backward_seen = False      # a backward ran in this run: it trains
         self.backward_in_step = False   # ... and in the current step
         self._anchor = None             # first top-level module: inference loops step at its next call
         self._anchor_done = False
-        self._eval_rf = None            # annotation "opscope.eval" around no-grad/eval forwards
-        self._update_rf = None          # "opscope.optimizer" from a backward to the step's end (manual updates)
+        self._eval_rf: Any = None            # annotation "opscope.eval" around no-grad/eval forwards
+        self._update_rf: Any = None          # "opscope.optimizer" from a backward to the step's end (manual updates)
         self.module_depth = 0
         self._hooks: list = []
-        self._opt_rf = None
+        self._opt_rf: Any = None
         self._step_callbacks: list = []
         self._lock = threading.Lock()
         self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
@@ -198,7 +199,7 @@ class CaptureSession:
                 prof.export_chrome_trace(str(trace))
             except Exception:  # a trace is a bonus; the step record is what matters
                 trace = None
-        record = {
+        record: dict[str, Any] = {
             "step": self.step_index,
             "duration_us": duration_us,
             "complete": complete,
@@ -277,7 +278,7 @@ class CaptureSession:
             session.optimizer_seen = True
             return orig_opt_init(this, *args, **kwargs)
 
-        Optimizer.__init__ = opt_init
+        Optimizer.__init__ = opt_init   # type: ignore[method-assign,assignment]
         self._hooks.append(_Restore(Optimizer, "__init__", orig_opt_init))
 
         def pre(opt, args, kwargs):
@@ -524,9 +525,9 @@ class CaptureSession:
                 info["iterators"] += 1
             return orig_iter_init(this, loader, *args, **kwargs)
 
-        DataLoader.__init__ = init
-        _BaseDataLoaderIter.__next__ = next_
-        _BaseDataLoaderIter.__init__ = iter_init
+        DataLoader.__init__ = init   # type: ignore[method-assign,assignment]
+        _BaseDataLoaderIter.__next__ = next_   # type: ignore[method-assign]
+        _BaseDataLoaderIter.__init__ = iter_init   # type: ignore[method-assign,assignment]
         self._hooks += [_Restore(DataLoader, "__init__", orig_init),
                         _Restore(_BaseDataLoaderIter, "__next__", orig_next),
                         _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
@@ -550,7 +551,7 @@ def _release_freed_memory() -> None:
         _MALLOC_TRIM(0)
 
 
-_MALLOC_TRIM = None
+_MALLOC_TRIM: Any = None
 
 
 def _rss_mb() -> float:

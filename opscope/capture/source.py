@@ -21,7 +21,10 @@ import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Literal
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -83,7 +86,7 @@ class UserCode:
 
     def display(self, filename: str) -> str | None:
         """Return the path to show for a user file, or None if it is library code."""
-        hit = self._cache.get(filename, False)
+        hit: str | None | Literal[False] = self._cache.get(filename, False)
         if hit is not False:
             return hit
         result = None
@@ -140,21 +143,21 @@ class SourceTracker(TorchFunctionMode):
         self.origin_meta: dict[int, tuple] = {}              # id -> (line, kind, parents set, calls set)
         self.changed_origins: set = set()
         self.origin_shapes: dict[int, set] = {}              # this step: id -> output shape tuples
-        self.loading = None                                  # loader origin while a DataLoader fetches
+        self.loading: int | None = None                           # loader origin while a DataLoader fetches
         # Set by the session when a step ended inside an open profiler range (e.g. the
         # optimizer's post-hook): the profiler is only restarted at the next safe point,
         # the entry of an outermost torch call, never inside a record_function range.
         self.boundary_pending = False
-        self.on_safe_point = None
+        self.on_safe_point: Callable[[], None] | None = None
         # Bounded capture memory: the session stops recording a step after this many calls.
         self.calls_in_step = 0
         self.call_cap = 0
-        self.on_call_cap = None
+        self.on_call_cap: Callable[[], None] | None = None
 
     # -- helpers -----------------------------------------------------------------
     def _where(self) -> tuple[str | None, bool]:
         """(first user frame as "file:line", whether a module import is under way below it)."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         importing = False
         while frame is not None:
             filename = frame.f_code.co_filename
@@ -235,14 +238,14 @@ class SourceTracker(TorchFunctionMode):
             # not the user's operator
             return func(*args, **kwargs)
         if self.boundary_pending and threading.get_ident() == self.owner_thread:
-            self.on_safe_point()
+            self.on_safe_point()   # type: ignore[misc]  # set by the session that sets boundary_pending
         moved = False
         if self.remapper is not None:
             args, kwargs, handled, result = self.remapper.on_call(func, args, kwargs)
             moved = self.remapper.moved
             if handled:
                 if moved and isinstance(result, torch.Tensor):
-                    result._opscope_dev = True
+                    result._opscope_dev = True   # type: ignore[attr-defined]
                 _pass_origins(args, result)
                 return result
         fname = getattr(func, "__name__", "")
@@ -256,7 +259,7 @@ class SourceTracker(TorchFunctionMode):
             self.on_call_cap()
         where, importing = self._where()
         # origins: every origin among the tensor inputs (by tensor identity)
-        origins = frozenset()
+        origins: frozenset = frozenset()
         has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
         for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ()):
@@ -278,6 +281,7 @@ class SourceTracker(TorchFunctionMode):
         oid = None
         if kind is not None and where is not None:
             parents = () if kind in ("host-sync", "factory") else origins
+            assert at is not None   # `where` or the synced value's line, both checked above
             oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
                                else fname)
         # the operators of this call: sized by its inputs, by the origin it creates (a factory,
@@ -332,7 +336,7 @@ def _pass_origins(args, out) -> None:
         origins = getattr(args[0], "_opscope_origins", None)
         if origins and getattr(out, "_opscope_origins", None) is None:
             try:
-                out._opscope_origins = origins
+                out._opscope_origins = origins   # type: ignore[attr-defined]
             except Exception:
                 pass
 

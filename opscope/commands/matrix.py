@@ -110,12 +110,14 @@ def show_rows(op_text: str, target: str | None = None) -> list[dict]:
     base = name.rpartition("::")[2]
     rows = []
     for release in releases:
+        overloads: list[str | None]
         if overload is not None or not name.startswith("aten::"):
             overloads = [overload]
         else:
             schema, _ = schema_of(release)
-            overloads = list(dict.fromkeys(schema.families.get(base, []) + release.families().get(base, [])))
-            overloads = sorted(overloads, key=lambda o: (o.endswith("out"), o)) or [None]
+            names = list(dict.fromkeys(schema.families.get(base, []) + release.families().get(base, [])))
+            ordered = sorted(names, key=lambda o: (o.endswith("out"), o))
+            overloads = list(ordered) or [None]
         for ov in overloads:
             op = Operator(name=name, overload=ov)
             target_info = assign_verdicts([op], release.version)

@@ -79,12 +79,14 @@ def run(args) -> int:
         e2e_out = ensure_out_dir(Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path
                                                                   else Path("opscope-e2e")), "--out")
     if args.run_dir:
+        assert scan is not None and scan_path is not None   # read above
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
         subs = verification.get("substitute_counts") or {}
         failed |= subs.get("fail", 0) > 0 or subs.get("error", 0) > 0  # a suggested substitute is not equivalent
-        if not args.e2e and (scan.verification or {}).get("e2e"):
-            verification["e2e"] = scan.verification["e2e"]  # keep an earlier e2e pass
+        earlier_e2e = (scan.verification or {}).get("e2e")
+        if not args.e2e and earlier_e2e:
+            verification["e2e"] = earlier_e2e  # keep an earlier e2e pass
     if args.e2e:
         from opscope.replay.e2e import run_e2e
         e2e = run_e2e(args.e2e, list(args.script_args or []), e2e_out, device=device, steps=args.steps,
@@ -98,6 +100,7 @@ def run(args) -> int:
         if verification is not None:
             verification["e2e"] = e2e
     if scan is not None:
+        assert scan_path is not None   # read together with scan
         from opscope.report.json_out import write_scan_json
         from opscope.report.render import rerender
         scan.verification = verification

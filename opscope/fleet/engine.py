@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from opscope.errors import UserError
 
@@ -87,6 +88,7 @@ def execute_job(spec: dict, out_dir: str | None, job_formats: str = "html,xlsx")
             script_path = (tmp or run_dir) / f"{spec['name']}.py"
             script_path.write_text(spec["script_text"], encoding="utf-8")
             script = str(script_path)
+        assert script is not None   # a manifest job has a script or the text of one
         attempts = int(spec.get("retries") or 0) + 1
         code, log = 1, ""
         for attempt in range(1, attempts + 1):
@@ -241,7 +243,7 @@ def init_ray(address: str | None, workers: int | None):
 
     if ray.is_initialized():
         return ray
-    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=True,
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=True,
                   logging_level="ERROR")
     try:
         if address and address.startswith("ray://"):

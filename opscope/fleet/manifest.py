@@ -31,11 +31,12 @@ import fnmatch
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from opscope.errors import UserError
 from opscope.fleet import zoo
 
-JOB_DEFAULTS = {"steps": 3, "timeout": 900.0, "retries": 0, "num_cpus": 1.0, "memory_mb": None,
+JOB_DEFAULTS: dict[str, Any] = {"steps": 3, "timeout": 900.0, "retries": 0, "num_cpus": 1.0, "memory_mb": None,
                 "env": {}, "argv": [], "target": None, "batch_size": 2}
 RUN_KEYS = set(JOB_DEFAULTS) | {"name", "cwd", "image_size", "config", "head", "seq", "task"}
 KIND_KEYS = ("script", "torchvision", "timm", "transformers")

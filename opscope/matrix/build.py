@@ -86,7 +86,8 @@ def _contrib_names(source: str) -> set[str]:
             names.update(a.asname or a.name for a in node.names if not a.name.startswith("_"))
         elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
             if isinstance(node.value, (ast.List, ast.Tuple)):
-                names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant))
+                names.update(e.value for e in node.value.elts  # type: ignore[misc]  # __all__ holds strings
+                             if isinstance(e, ast.Constant))
     return names
 
 
@@ -183,7 +184,7 @@ def read_line_releases(versions_dir: Path, line: str) -> dict:
             torch = raw.split()[1]
         else:
             base_lines.append(raw)
-    out = {version: (torch, sorted(base_lines))}
+    out: dict[str | None, tuple] = {version: (torch, sorted(base_lines))}
     diff_file = Path(versions_dir) / f"releases-{line}.txt"
     if diff_file.is_file():
         base_map = {" ".join(l.split()[:2]): l for l in base_lines}
@@ -196,8 +197,10 @@ def read_line_releases(versions_dir: Path, line: str) -> dict:
                 current = dict(base_map)
                 out[parts[1]] = (parts[3] if len(parts) > 3 else None, current)
             elif parts[0] == "+":
+                assert current is not None   # a release line opens every section of changes
                 current[" ".join(parts[1:3])] = " ".join(parts[1:])
             elif parts[0] == "-":
+                assert current is not None
                 current.pop(" ".join(parts[1:3]), None)
         out = {v: (t, sorted(m.values()) if isinstance(m, dict) else m) for v, (t, m) in out.items()}
     return out

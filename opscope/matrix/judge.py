@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from opscope.matrix.store import SupportMatrix, plugin_lines_of
-from opscope.matrix.torch_schema import TorchSchema
+from opscope.matrix.torch_schema import OverloadInfo, TorchSchema
 
 RANK = {"native": 0, "composite": 1, "not-applicable": 1, "unknown": 2, "cpu-fallback": 3, "unsupported": 4}
 GOOD = ("native", "composite")
@@ -104,9 +104,14 @@ class Judge:
             evidence["matched"] = [_key(base, o) for o, j in judged if j.verdict == best.verdict]
         return Judgement(best.verdict, evidence, best.kind)
 
+    def _member(self, base: str, overload: str) -> OverloadInfo:
+        info = self.schema.get(base, overload)
+        assert info is not None   # a family lists only overloads the schema has
+        return info
+
     def _family(self, base: str) -> list[str]:
         overloads = self.schema.families.get(base, [])
-        plain = [o for o in overloads if not self.schema.get(base, o).is_out]
+        plain = [o for o in overloads if not self._member(base, o).is_out]
         return plain or list(overloads)
 
     def _judge_overload(self, name: str, base: str, overload: str, observed=None) -> Judgement:
@@ -147,8 +152,8 @@ class Judge:
         children, child_judge = observed if observed is not None else (self.children_of(name), self.judge)
         how = "observed in the scan"
         if not children and info.composite_explicit:
-            outs = [o for o in self.schema.families.get(base, []) if self.schema.get(base, o).is_out
-                    and not self.schema.get(base, o).composite_explicit]
+            outs = [o for o in self.schema.families.get(base, []) if self._member(base, o).is_out
+                    and not self._member(base, o).composite_explicit]
             if outs:
                 children = [f"{name}.{outs[0]}"]  # judged as base.out below
                 how = f"the explicit kernel writes through {base}.{outs[0]}"
@@ -161,7 +166,7 @@ class Judge:
         for child in children:
             child_name, child_overload = _split(child)
             if child_name == name and not child_overload:  # the same name below itself: its out= form
-                outs = [o for o in self.schema.families.get(base, []) if self.schema.get(base, o).is_out]
+                outs = [o for o in self.schema.families.get(base, []) if self._member(base, o).is_out]
                 child_overload = outs[0] if outs else ""
             judged = child_judge(child_name, child_overload or None)
             short = child_name.rpartition("::")[2]

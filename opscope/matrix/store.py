@@ -155,7 +155,8 @@ def _read_dtype_notes(path: Path) -> dict:
 
 
 def _plugin_only_release(line: str, plugin: dict, all_lines: list[str], nearest: Release) -> Release:
-    aten, custom = {}, {}
+    aten: dict = {}
+    custom: dict = {}
     for name, entry in plugin.items():
         if line in plugin_lines_of(entry, all_lines):
             (custom if entry.section == "custom" else aten)[name] = f"op-plugin:{entry.section}"

@@ -91,7 +91,8 @@ def load_torch_schema() -> TorchSchema:
 
 
 def _parse_yaml(text: str) -> tuple[dict, dict]:
-    overloads, families = {}, {}
+    overloads: dict[str, OverloadInfo] = {}
+    families: dict[str, list[str]] = {}
     for entry in yaml.load(text, Loader=_LOADER) or []:
         func = entry.get("func", "")
         key = func.split("(", 1)[0].strip()
@@ -136,7 +137,8 @@ def fact_line(info: OverloadInfo) -> str:
 
 
 def _info_from_line(parts: list[str]) -> OverloadInfo:
-    key, dispatch, delegate, is_out = parts[0], (), None, False
+    dispatch: tuple[str, ...] = ()
+    key, delegate, is_out = parts[0], None, False
     for field in parts[1:]:
         if field.startswith("d="):
             dispatch = tuple(field[2:].split(","))
@@ -170,8 +172,10 @@ def read_facts(path: Path) -> dict:
             current = dict(current if current is not None else base)
             out[parts[1]] = current
         elif parts[0] == "+":
+            assert current is not None   # a release line opens every section of changes
             current[parts[2]] = " ".join(parts[1:])
         elif parts[0] == "-":
+            assert current is not None
             current.pop(parts[2], None)
     if base_version:
         out[base_version] = base
@@ -271,7 +275,8 @@ def _schema_from_facts(directory: str, torch_version: str) -> TorchSchema | None
     lines = _committed_facts(directory).get(torch_version)
     if lines is None:
         return None
-    overloads, families = {}, {}
+    overloads: dict[str, OverloadInfo] = {}
+    families: dict[str, list[str]] = {}
     for raw in lines:
         info = _info_from_line(raw.split()[1:])
         overloads[info.key] = info

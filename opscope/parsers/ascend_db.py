@@ -30,7 +30,9 @@ def _ts(ns) -> str:
 
 
 def _looks_like_dims(text: str | None) -> bool:
-    return bool(text) and any(ch.isdigit() for ch in text) and not any(ch.isalpha() for ch in text)
+    if not text:
+        return False
+    return any(ch.isdigit() for ch in text) and not any(ch.isalpha() for ch in text)
 
 
 def find_db(path: Path) -> Path | None:

@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import overload
 
 from opscope.model import Profile
 from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
 
 
-def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile:
+@overload
+def load_chrome_trace(path, file_step: int | None = None, builder: None = None) -> Profile: ...
+@overload
+def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile | None: ...
+
+
+def load_chrome_trace(path, file_step: int | None = None, builder: ProfileBuilder | None = None) -> Profile | None:
     """Parse one trace; pass ``builder`` to merge several files (one per step) into one Profile."""
     path = Path(path)
     own = builder is None

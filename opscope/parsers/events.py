@@ -12,6 +12,7 @@ import bisect
 import gc
 from collections import Counter, defaultdict
 from contextlib import contextmanager
+from typing import Any
 
 from opscope.model import OpCall, Profile, Step
 from opscope.parsers.base import FormatError
@@ -42,8 +43,8 @@ class _Clock:
 
     def __call__(self, value) -> float:
         if isinstance(value, str):
-            whole, _, frac = value.strip().partition(".")
-            whole = int(whole or 0)
+            whole_text, _, frac = value.strip().partition(".")
+            whole = int(whole_text or 0)
             if abs(whole) > MAX_TIME_US:
                 raise ValueError(f"'ts' {value[:40]!r} is out of range")
             if self.base is None:
@@ -339,7 +340,9 @@ class ProfileBuilder:
             default_phase = ("backward" if thread in self.bwd_threads and thread not in self.fwd_threads
                              else "forward")
             tid = thread[1] if isinstance(thread[1], int) else 0
-            starts, ends, owners = [], [], []
+            starts: list = []
+            ends: list = []
+            owners: list[int | None] = []
             stack: list[tuple] = []            # (end, owner, phase, step, folded)
             for ts, dur, name, shapes, dtypes, scalars, seq, call_stack, fstep in evs:
                 end = ts + dur
@@ -359,7 +362,7 @@ class ProfileBuilder:
                         step = step_no
                         windows.append((ts, end, step_no))
                         steps.setdefault(step_no, Step(index=step_no)).duration_us += dur
-                    node = (end, None, phase, step, False)
+                    node: tuple[Any, int | None, Any, Any, bool] = (end, None, phase, step, False)
                 elif kind == "private":
                     if owner is not None:
                         children = calls[owner].children
@@ -447,7 +450,8 @@ class ProfileBuilder:
         Returns (unattributed µs, NPU-inserted kernels, per-step tasks, collectives)."""
         rules = self.rules
         unattributed = 0.0
-        inserted = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0, "ops": Counter()})
+        inserted: defaultdict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0,
+                                                                           "ops": Counter()})
         classified = []
         for kernel in kernels:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
@@ -459,7 +463,9 @@ class ProfileBuilder:
         span_starts = [s[0] for s in spans]
         step_windows = sorted(windows)
         window_starts = [w[0] for w in step_windows]
-        tasks, collectives, copies = [], [], {}
+        tasks: list = []
+        collectives: list = []
+        copies: dict = {}
         for kernel, klass, owner in classified:
             pid, tid, ts, dur, name, cat, _corr, info = kernel
             if owner is None and klass in ("comm-subtask", "communication") and spans:

@@ -55,7 +55,7 @@ class TraceReader:
                 buf, pos = self._find_array(fh)
                 eof = False
                 while True:
-                    pos = skip(buf, pos).end()
+                    pos = skip(buf, pos).end()   # type: ignore[union-attr]  # _SKIP matches the empty string
                     if pos >= len(buf) - 1 and not eof:
                         buf, pos, eof = self._more(fh, buf, pos, index)
                         continue

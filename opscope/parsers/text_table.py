@@ -88,8 +88,7 @@ def _tables(lines: list[str]):
                 j += 1
             totals = {}
             k = j + 1
-            while k < len(lines) and _TOTAL.match(lines[k].strip()):
-                m = _TOTAL.match(lines[k].strip())
+            while k < len(lines) and (m := _TOTAL.match(lines[k].strip())):
                 try:
                     totals[m.group(1)] = _time_us(m.group(2))
                 except ValueError as exc:

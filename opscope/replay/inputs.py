@@ -18,9 +18,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import TYPE_CHECKING
 
 from opscope.resources import support_matrix_dir
+
+if TYPE_CHECKING:   # torch is imported lazily: listing and skipping need no torch
+    import torch
 
 PROFILER_DTYPES = {
     "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
@@ -133,7 +136,7 @@ class TensorRequest:
     index: int
     name: str
     shape: tuple
-    dtype: object            # torch.dtype
+    dtype: torch.dtype
     low: float | None = None  # integer tensors: [low, high)
     high: float | None = None
     domain: str = "any"      # any | positive | nonzero
@@ -208,7 +211,7 @@ class DumpedTensors:
 class Call:
     """A ready-to-run operator call (CPU tensors in the captured dtypes)."""
     name: str
-    schema: object
+    schema: torch._C.FunctionSchema
     args: list
     kwargs: dict
     op_key: str

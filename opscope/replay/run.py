@@ -44,7 +44,7 @@ def resolve_device(name: str):
         except Exception as exc:  # torch_npu missing or CANN not set up
             raise UserError(f"--device npu: torch_npu is not importable ({type(exc).__name__}); install "
                             "torch_npu with CANN on an Ascend machine, or use --device cpu") from None
-        if not torch.npu.is_available():  # pragma: no cover - needs Ascend hardware
+        if not torch.npu.is_available():   # type: ignore[attr-defined]  # pragma: no cover - needs Ascend hardware
             raise UserError("--device npu: torch_npu imported but no NPU is visible; check npu-smi "
                             "and ASCEND_RT_VISIBLE_DEVICES")
         return torch.device("npu")
@@ -267,10 +267,9 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
     from opscope.analysis.verify import summarise
     device = resolve_device(device_name)
     standards = load_standards()
-    source = SyntheticTensors(seed)
-    dumped = DumpedTensors(run_dir, source) if run_dir else None
-    if dumped is not None and dumped.available():
-        source = dumped
+    synthetic = SyntheticTensors(seed)
+    dumped = DumpedTensors(run_dir, synthetic) if run_dir else None
+    source = dumped if dumped is not None and dumped.available() else synthetic
     chosen = [op for op in operators if not only or any(s in op.name for s in only)]
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     clock = time.perf_counter()
@@ -282,11 +281,11 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
             progress(i, len(chosen), res)
     rows = [r.to_dict() for r in results]
     from opscope.replay.substitutes import verify_substitutes
-    substitutes = verify_substitutes(operators, device, source=source, standards=standards,
-                                     substitutes=substitutes, only=only)
+    substitute_rows = verify_substitutes(operators, device, source=source, standards=standards,
+                                         substitutes=substitutes, only=only)
     return {
-        "substitutes": substitutes,
-        "substitute_counts": summarise(substitutes),
+        "substitutes": substitute_rows,
+        "substitute_counts": summarise(substitute_rows),
         "device": device_name,
         "started_at": started_at,
         "duration_s": round(time.perf_counter() - clock, 3),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from opscope import __version__
 
@@ -62,11 +63,11 @@ def to_sarif(findings) -> dict:
         }
         if f.file:
             uri, relative = _uri(f.file)
-            location = {"artifactLocation": {"uri": uri}}
+            location: dict[str, Any] = {"artifactLocation": {"uri": uri}}
             if relative:
                 location["artifactLocation"]["uriBaseId"] = "%SRCROOT%"
             if f.line:
-                region = {"startLine": int(f.line)}
+                region: dict[str, Any] = {"startLine": int(f.line)}
                 if f.column:
                     region["startColumn"] = int(f.column)
                 if f.snippet:

@@ -8,12 +8,16 @@ is not cut at 80 columns.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from opscope.model import ScanResult
 from opscope.report import view
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 VERDICT_STYLE = {"native": "green", "composite": "green", "cpu-fallback": "yellow", "unsupported": "red",
                  "not-applicable": "dim", "unknown": "magenta"}
@@ -185,7 +189,9 @@ class progress_bar:
     ``with progress_bar("scanning", quiet) as update: ... update(done, total[, what])``."""
 
     def __init__(self, label: str, quiet: bool = False):
-        self.label, self.quiet, self._progress, self._task = label, quiet, None, None
+        self.label, self.quiet = label, quiet
+        self._progress: Progress | None = None
+        self._task: Any = None   # the progress bar's TaskID
 
     def __enter__(self):
         if not self.quiet:

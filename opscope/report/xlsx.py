@@ -36,7 +36,7 @@ def _sheet(wb, title: str, headers: list[str], rows, formats: dict | None = None
         set_cell(ws.cell(row=1, column=c), header)
         ws.cell(row=1, column=c).font = Font(bold=True)
     formats = formats or {}
-    fill_cache = {}
+    fill_cache: dict = {}
     widths = [len(h) for h in headers]
     for r, row in enumerate(rows, start=2):
         for c, value in enumerate(row, start=1):
@@ -99,7 +99,7 @@ def _add_verification(wb, summary_ws, verification: dict) -> None:
     counts = view.verification_counts(verification)
     for outcome in view.OUTCOMES:
         summary_ws.append([f"verification: {outcome}", counts[outcome], None])
-        colour = view.OUTCOME_FILLS[outcome]
+        colour: str | None = view.OUTCOME_FILLS[outcome]
         summary_ws.cell(row=summary_ws.max_row, column=1).fill = PatternFill("solid", start_color=colour,
                                                                              end_color=colour)
     summary_ws.append(["verification device", None, None])
@@ -169,7 +169,7 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Findings", ["severity", "file", "line", "column", "API", "replacement", "origin", "count",
                             "rule", "message", "snippet"], findings)
 
-    substitutes = {}
+    substitutes: dict = {}
     for r in rows:
         if r.substitute:
             entry = substitutes.setdefault((r.name, r.substitute), [r.name, r.verdict, r.substitute, 0, 0.0])
