@@ -491,3 +491,19 @@ def test_static_scan_reports_progress_in_and_out_of_worker_processes(tmp_path, j
     assert len(findings) >= total
     assert calls[0] == (0, total) and calls[-1] == (total, total)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_static_only_does_not_follow_links_out_of_the_folder_or_read_fifos(tmp_path):
+    import os
+    from opscope.analysis.static_scan import scan_paths
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("x = torch.ones(1).cuda()\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import torch\nx = torch.ones(1).cuda()\n")
+    (project / "link.py").symlink_to(outside / "secret.py")
+    (project / "loop").symlink_to(project)        # a folder link back into itself
+    os.mkfifo(project / "pipe.py")                 # reading it would block forever
+    files = {f.file.replace(os.sep, "/").rsplit("/", 1)[-1] for f in scan_paths([project], jobs=1)}
+    assert files == {"train.py"}

@@ -1266,12 +1266,13 @@ def _brace_body(text: str, open_at: int) -> str:
     return text[open_at + 1:]
 
 
-def iter_source_files(paths) -> list[Path]:
+def iter_source_files(paths, contained: bool = False) -> list[Path]:
     """Python and C/C++/CUDA files under ``paths`` (files or folders), skipping venvs and VCS dirs.
 
-    Inside a folder, a symbolic link that leads out of it is not followed (a project's link to
-    ``/etc`` or a home folder is not the project), links to folders are never walked (no
-    loops), and only regular files are read (a FIFO named ``x.py`` would block forever).
+    Links to folders are never walked (no loops).  With ``contained``, a file inside a folder
+    whose symbolic link leads out of it is left out (a project's link to ``/etc`` or a home
+    folder is not the project), and so is anything but a regular file (a FIFO named ``x.py``
+    would block forever); ``migrate`` lists them itself to say why it did not follow them.
     """
     found: list[Path] = []
     for raw in paths:
@@ -1285,7 +1286,7 @@ def iter_source_files(paths) -> list[Path]:
             for fname in sorted(filenames):
                 if fname.endswith(PY_SUFFIXES) or fname.endswith(CPP_SUFFIXES):
                     candidate = Path(dirpath) / fname
-                    if _inside_regular_file(candidate, root):
+                    if not contained or _inside_regular_file(candidate, root):
                         found.append(candidate)
     return found
 
@@ -1347,7 +1348,7 @@ def scan_paths(paths, rules: RuleSet | None = None, jobs: int | None = None, pro
     """
     rules = rules or load_rules()
     files, seen = [], set()
-    for path in iter_source_files(paths):
+    for path in iter_source_files(paths, contained=True):
         key = path.resolve()
         if key not in seen:
             seen.add(key)
