@@ -96,7 +96,7 @@ def test_libreoffice_converts_the_workbook(workbook_path, tmp_path):
     profile = tmp_path / "lo-profile"
     proc = subprocess.run(
         [_soffice(), f"-env:UserInstallation=file://{profile}", "--headless", "--convert-to",
-         "csv:Text - txt - csv (StarCalc):44,34,76,1,,0,false,true,false,false,false,2",  # every sheet
+         "csv:Text - txt - csv (StarCalc):44,34,76,1,,0,false,true,false,false,false,-1",  # every sheet
          "--outdir", str(out), str(workbook_path)],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
