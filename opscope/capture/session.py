@@ -28,6 +28,9 @@ CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recor
 DEFAULT_MAX_CAPTURE_MB = 1536    # capture memory (RSS growth) after which a step stops recording
 
 
+_RecordFunction = getattr(torch._C._profiler, "_RecordFunctionFast", None)   # cheap profiler annotations
+
+
 def _collect_cpu(enable: bool) -> None:
     """Pause or resume recording of CPU operators in the running profiler."""
     from torch._C._profiler import ProfilerActivity
@@ -129,10 +132,8 @@ class CaptureSession:
         use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
         self.prof = profile(use_device=use_device, record_shapes=True, use_kineto=True)
         self.prof.__enter__()
-        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
-        if self.step_index == 0 and self.module_depth == 0 and rf_cls is not None and self._setup_rf is None:
-            self._setup_rf = rf_cls("opscope.setup")
-            self._setup_rf.__enter__()
+        if self.step_index == 0 and self.module_depth == 0:
+            self._open_range("_setup_rf", "opscope.setup")
         self.step_started = time.perf_counter()
 
     def _stop_profiler(self):
@@ -271,7 +272,6 @@ class CaptureSession:
         from torch.nn.modules.module import (register_module_forward_hook,
                                              register_module_forward_pre_hook)
         session = self
-        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
         orig_opt_init = Optimizer.__init__
 
         def opt_init(this, *args, **kwargs):
@@ -283,16 +283,13 @@ class CaptureSession:
 
         def pre(opt, args, kwargs):
             session._in_optimizer = True
-            if rf_cls is not None and session.prof is not None:
-                session._opt_rf = rf_cls("opscope.optimizer")
-                session._opt_rf.__enter__()
+            if session.prof is not None:
+                session._open_range("_opt_rf", "opscope.optimizer")
 
         def post(opt, args, kwargs):
             session._in_optimizer = False
             session._resume_closures()
-            if session._opt_rf is not None:
-                session._opt_rf.__exit__(None, None, None)
-                session._opt_rf = None
+            session._close_range("_opt_rf")
             if session._marker() == "optimizer" and threading.get_native_id() == session.main_thread:
                 session.request_step()
 
@@ -359,16 +356,14 @@ class CaptureSession:
             self._anchor = module
         training_script = self.backward_seen or self.optimizer_seen
         if training_script and not self._is_training_forward(module) and self.prof is not None:
-            rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
             self._eval_forwards += 1
             if self._eval_forwards > EVAL_FORWARDS_RECORDED and "after_calls" not in self._unrecorded:
                 # a sampling/evaluation loop: its forwards repeat the recorded ones
                 self._unrecorded["eval_forwards"] = self._unrecorded.get("eval_forwards", 0) + 1
                 self._eval_paused = True
                 _collect_cpu(False)
-            elif rf_cls is not None and self._eval_rf is None:
-                self._eval_rf = rf_cls("opscope.eval")
-                self._eval_rf.__enter__()
+            else:
+                self._open_range("_eval_rf", "opscope.eval")
 
     def _leave_top_level(self, module) -> None:
         if module is self._anchor:
@@ -441,25 +436,30 @@ class CaptureSession:
 
     def _begin_manual_update(self) -> None:
         """After a backward with no optimizer: what follows in the step is the parameter update."""
-        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
-        if rf_cls is not None and self.prof is not None and self._update_rf is None and self.module_depth == 0:
-            self._update_rf = rf_cls("opscope.optimizer")
-            self._update_rf.__enter__()
+        if self.prof is not None and self.module_depth == 0:
+            self._open_range("_update_rf", "opscope.optimizer")
+
+    def _open_range(self, attr: str, name: str) -> None:
+        """Open the profiler annotation ``name`` (its phase label) and keep it in ``attr``."""
+        if _RecordFunction is not None and getattr(self, attr) is None:
+            rf = _RecordFunction(name)
+            rf.__enter__()
+            setattr(self, attr, rf)
+
+    def _close_range(self, attr: str) -> None:
+        rf = getattr(self, attr)
+        if rf is not None:
+            setattr(self, attr, None)
+            rf.__exit__(None, None, None)
 
     def _end_update(self) -> None:
-        if self._update_rf is not None:
-            rf, self._update_rf = self._update_rf, None
-            rf.__exit__(None, None, None)
+        self._close_range("_update_rf")
 
     def _end_eval(self) -> None:
-        if self._eval_rf is not None:
-            rf, self._eval_rf = self._eval_rf, None
-            rf.__exit__(None, None, None)
+        self._close_range("_eval_rf")
 
     def _end_setup(self) -> None:
-        if self._setup_rf is not None:
-            rf, self._setup_rf = self._setup_rf, None
-            rf.__exit__(None, None, None)
+        self._close_range("_setup_rf")
 
     def _marker(self) -> str:
         if self.step_marker != "auto":
@@ -471,7 +471,6 @@ class CaptureSession:
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
         session = self
-        rf_cls = getattr(torch._C._profiler, "_RecordFunctionFast", None)
         orig_init = DataLoader.__init__
         orig_next = _BaseDataLoaderIter.__next__
 
@@ -498,8 +497,8 @@ class CaptureSession:
             info = session.dataloaders.get(site) if site else None
             loading = session.tracker.begin_loading(site)
             try:
-                if rf_cls is not None and session.prof is not None:
-                    with rf_cls("opscope.dataloader"):
+                if _RecordFunction is not None and session.prof is not None:
+                    with _RecordFunction("opscope.dataloader"):
                         batch = orig_next(this)
                 else:
                     batch = orig_next(this)
