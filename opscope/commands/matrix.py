@@ -127,18 +127,22 @@ def show_rows(op_text: str, target: str | None = None) -> list[dict]:
     return rows
 
 
-def run_show(args: argparse.Namespace) -> int:
+def _rows_done(rows: list, args: argparse.Namespace) -> bool:
+    """Write ``rows`` as JSON to ``--out``; print them as JSON with ``--json``.  True: nothing
+    more to print (``--quiet`` or ``--json``)."""
     import json
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    if args.json and not args.quiet:
+        print(json.dumps(rows, indent=2))
+    return bool(args.quiet or args.json)
 
+
+def run_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     rows = show_rows(args.op, args.target)
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    if args.quiet:
-        return 0
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if _rows_done(rows, args):
         return 0
     name, overload = _parse_op(args.op)
     table = Table(title=f"{name}{'.' + overload if overload else ' (every overload)'} on torch_npu",
@@ -164,8 +168,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_versions(args: argparse.Namespace) -> int:
-    import json
-
     from opscope.matrix.store import load_matrix
     matrix = load_matrix()
     rows, previous = [], None
@@ -183,12 +185,7 @@ def run_versions(args: argparse.Namespace) -> int:
             rows.append({"version": rel.version, "line": line, "torch": None, "aten_overloads": len(rel.aten),
                          "custom_ops": len(rel.custom), "newest_of_line": True, "changed_vs_previous": None,
                          "note": rel.note})
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    if args.quiet:
-        return 0
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if _rows_done(rows, args):
         return 0
     print(f"{'torch_npu':<16}{'torch':<9}{'aten':>6}{'custom':>8}  notes")
     for row in rows:
