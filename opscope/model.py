@@ -94,12 +94,14 @@ class OpCall(_Record):
     #                        "# of Calls", a scan operator's share of a step); times are summed
 
     def signature(self) -> tuple:
-        return (self.name, self.overload or "", _freeze(self.input_shapes), _freeze(self.dtypes))
+        return (self.name, self.overload or "", freeze(self.input_shapes), freeze(self.dtypes))
 
 
-def _freeze(value):
+def freeze(value):
+    """A hashable copy of a shapes/dtypes/scalars list (nested lists become tuples); unhashable
+    content (an object inside) raises TypeError when hashed, absurd nesting RecursionError."""
     if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
+        return tuple(freeze(v) for v in value)
     return value
 
 

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from opscope.model import Profile, _clean
+from opscope.model import Profile, _clean, freeze
 
 ANY_PHASE = "*"
 NON_TENSOR_TYPES = {None, "", "Scalar", "ScalarList", "TensorList", "GenericList", "None"}
@@ -73,12 +73,6 @@ class DiffResult:
 
 
 # ----------------------------------------------------------------------------- aggregation
-def _freeze(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
 def _thaw(value):
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]
@@ -144,8 +138,8 @@ def aggregate(profile: Profile, use_phase: bool = True, use_dtypes: bool = True,
         calls, n = stepped_calls(profile), step_count(profile)
     table: dict = {}
     for call in calls:
-        key = (call.name, call.phase if use_phase else ANY_PHASE, _freeze(call.input_shapes),
-               _freeze(call.dtypes) if use_dtypes else ())
+        key = (call.name, call.phase if use_phase else ANY_PHASE, freeze(call.input_shapes),
+               freeze(call.dtypes) if use_dtypes else ())
         row = table.get(key)
         if row is None:
             row = table[key] = {"calls": 0.0, "host": 0.0, "total": 0.0, "device": 0.0,
@@ -655,8 +649,8 @@ def diff_profiles(a, b, *, label_a: str = "A", label_b: str = "B", warmup: int |
         if r.status != "changed":
             continue
         _, shapes, dtypes = _describe_changes(
-            (r.name, r.phase, _freeze(r.input_shapes_a), _freeze(r.dtypes_a or [])),
-            (r.name, r.phase, _freeze(r.input_shapes_b), _freeze(r.dtypes_b or [])))
+            (r.name, r.phase, freeze(r.input_shapes_a), freeze(r.dtypes_a or [])),
+            (r.name, r.phase, freeze(r.input_shapes_b), freeze(r.dtypes_b or [])))
         if shapes:
             result.shape_changes.append({"name": r.name, "phase": r.phase, "args": shapes})
         for d in dtypes:
@@ -703,7 +697,7 @@ def _transfers(profile: Profile, label: str) -> dict:
         call = profile.calls[i] if i < len(profile.calls) else None
         if call is None or (steps and call.step not in steps) or call.device_time_us <= 0:
             continue
-        e = leaves[(call.name, _freeze(call.input_shapes[:1]), _freeze(call.dtypes[:1]), call.source)]
+        e = leaves[(call.name, freeze(call.input_shapes[:1]), freeze(call.dtypes[:1]), call.source)]
         e["calls"] += 1
         e["device_us"] += call.device_time_us
     items = [{"name": k[0], "shape": _thaw(k[1])[0] if k[1] else None, "dtype": k[2][0] if k[2] else None,

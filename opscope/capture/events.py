@@ -8,7 +8,7 @@ thread from timestamps, like the profiler's own FunctionEvent tree.
 from __future__ import annotations
 
 from opscope.knowledge import is_backend_private
-from opscope.model import OpCall
+from opscope.model import OpCall, freeze
 
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
 
@@ -161,10 +161,10 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     folded: dict[tuple, OpCall] = {}
     shared = {} if shared is None else shared
     for c in calls:
-        shapes, dtypes, scalars = _freeze(c.input_shapes), _freeze(c.dtypes), _freeze(c.scalars)
+        shapes, dtypes, scalars = freeze(c.input_shapes), freeze(c.dtypes), freeze(c.scalars)
         children, origins = tuple(c.children), tuple(sorted(c.origins or ()))
         key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
-               c.origin_cause, c.device, c.thread, children, _freeze(c.output_shapes), origins)
+               c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins)
         kept = folded.get(key)
         if kept is not None:
             kept.count += c.count
@@ -185,11 +185,6 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
         c.seq_nr, c.start_us = -1, 0.0   # only needed while nesting this step's events
     return list(folded.values())
 
-
-def _freeze(value):
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def _attach_device_time(device_events, by_corr: dict, launch_owner: dict) -> None:

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 from typing import Any
 
-from opscope.model import OpCall, Profile, Step
+from opscope.model import OpCall, Profile, Step, freeze
 from opscope.parsers.base import FormatError
 from opscope.parsers.device_steps import step_breakdown
 from opscope.parsers.rules import rules as load_rules
@@ -109,13 +109,6 @@ def _split_semicolons(text: str) -> list[str]:
     return [part.strip() for part in text.split(";")]
 
 
-def _freeze(value):
-    """A hashable copy of a shapes/dtypes/inputs list (the cache key); unhashable content
-    (an object inside) raises TypeError, absurd nesting RecursionError."""
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
 
 def _check_args(value) -> None:
     """An argument list as torch writes it: lists at most MAX_NESTING deep, no objects,
@@ -180,7 +173,7 @@ class ProfileBuilder:
         if isinstance(value, str):
             key = value
         else:
-            key = _freeze(value)
+            key = freeze(value)
         hit = self._shared.get(key)
         if hit is None:
             if not isinstance(value, str):
@@ -287,7 +280,7 @@ class ProfileBuilder:
             return None
         if not isinstance(raw, list):
             raise ValueError("'Input type' is neither a string nor a list of strings")
-        key = _freeze(raw)
+        key = freeze(raw)
         hit = self._shared.get(key)
         if hit is None:   # checked once per distinct list, not once per event
             if not all(t is None or type(t) is str for t in raw):
