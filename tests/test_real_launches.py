@@ -163,14 +163,7 @@ def _alive(pattern: str) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_to_opscope_stops_the_script_and_writes_results(tmp_path):
-    out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "hang_at_step2.py"),
-                             "--steps", "5", "--out", str(out), "--quiet", "--format", "html"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "capture" / "steps.jsonl").exists():
-        time.sleep(0.2)
-    time.sleep(4)  # let step 1 run into the hang
+    proc, out = _start_scan(tmp_path, "--format", "html")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
