@@ -102,7 +102,6 @@ class CaptureSession:
         self._lock = threading.Lock()
         self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
         self.keep_in_memory = True                # the child analyses from memory, not from disk
-        self.calls: list = []
         self.step_records: list = []
         self._shared: dict = {}   # equal lists/strings across steps share one object
 
@@ -212,7 +211,6 @@ class CaptureSession:
         self._steps_file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._steps_file.flush()
         if self.keep_in_memory:
-            self.calls.extend(calls)
             record = dict(record)
             record.pop("calls")
             record["op_calls"] = calls
