@@ -12,7 +12,8 @@ import pkgutil
 import re
 import sys
 
-from opscope import __version__, commands
+from opscope import commands
+from opscope.version import __version__
 from opscope.errors import EXIT_INTERNAL, UserError, one_line
 
 

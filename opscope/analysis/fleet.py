@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from opscope import __version__
+from opscope.version import __version__
 
 FLEET_SCHEMA = "opscope.fleet/1"
 

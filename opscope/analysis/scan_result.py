@@ -10,7 +10,7 @@ import platform
 import sys
 from pathlib import Path
 
-from opscope import __version__
+from opscope.version import __version__
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.model import ScanResult

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opscope import __version__
+from opscope.version import __version__
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
