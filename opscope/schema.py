@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from opscope.errors import InputError, excerpt
-from opscope.model import SCAN_SCHEMA, ScanResult
+from opscope.model import SCAN_SCHEMA, ScanResult, _Record
 
 MAX_DEPTH = 32               # JSON nesting anywhere in scan.json (real files stay under 8)
 MAX_INT = 2 ** 63            # integers beyond a 64-bit counter are not counts, they are garbage
@@ -73,10 +73,60 @@ def load_scan(path) -> ScanResult:
         raise InputError(scan_path, f"cannot be read ({exc.strerror})", fix="check its permissions") from None
     check_schema_version(data, scan_path)
     try:
+        check_sections(data)
         return build(ScanResult, data, "$")
     except SchemaError as exc:
         raise InputError(scan_path, f"corrupt scan: {exc.problem}", where=exc.where,
                          fix=f"correct that value or {REFIX}") from None
+
+
+@dataclasses.dataclass
+class _VerificationResultShape(_Record):
+    """The fields of one ``verification.results[]`` row that the reports read (written by ``opscope verify``)."""
+    op: str | None = None
+    overload: str | None = None
+    outcome: str | None = None
+    message: str | None = None
+    standard: str | None = None
+    predicted_verdict: str | None = None
+    disagreement: str | None = None
+    metrics: dict | None = None
+    input_shapes: list | None = None
+    dtypes: list | None = None
+
+
+@dataclasses.dataclass
+class _VerificationShape(_Record):
+    """``scan.json`` ``verification``: a free-form block in the model, checked here so that a malformed one
+    is a one-line error at load time instead of a crash while rendering."""
+    device: str | None = None
+    inputs: str | None = None
+    reference: str | None = None
+    standards: str | None = None
+    started_at: str | None = None
+    seed: int | None = None
+    duration_s: float | None = None
+    counts: dict | None = None
+    substitute_counts: dict | None = None
+    results: list[_VerificationResultShape] | None = None
+    substitutes: list[_VerificationResultShape] | None = None
+    e2e: dict | None = None
+
+
+# scan.json sections the model keeps as plain dicts, with the shape their readers rely on
+SECTION_SHAPES: dict[str, type] = {"verification": _VerificationShape}
+
+
+def check_sections(data: dict) -> None:
+    """Validate the free-form sections of ``data`` against ``SECTION_SHAPES`` (the dicts stay as they are)."""
+    for name, shape in SECTION_SHAPES.items():
+        value = data.get(name)
+        if value is not None:
+            build(shape, value, f"$.{name}")
+            for key in ("counts", "substitute_counts"):
+                for k, n in (value.get(key) or {}).items():
+                    if isinstance(n, bool) or not isinstance(n, int):
+                        raise SchemaError(f"$.{name}.{key}.{k}", f"expected an integer, found {_kind(n)}")
 
 
 def check_schema_version(data, path) -> None:

@@ -371,3 +371,41 @@ def test_output_folder_that_is_a_file_is_exit_2_before_loading(scan_data, good_t
         code, err = _cli(capsys, *argv)
         assert code == 2 and str(taken) in err
     assert taken.read_text() == "a file, not a folder"
+
+
+# a malformed ``verification`` block (written by another tool, or edited) used to crash the reports
+BAD_VERIFICATION = {
+    "a-list": ([], "$.verification"),
+    "a-string": ("passed", "$.verification"),
+    "results-a-string": ({"results": "x"}, "$.verification.results"),
+    "result-an-int": ({"results": [1]}, "$.verification.results[0]"),
+    "outcome-an-int": ({"results": [{"outcome": 5}]}, "$.verification.results[0].outcome"),
+    "message-an-object": ({"results": [{"outcome": "skipped", "message": {}}]},
+                          "$.verification.results[0].message"),
+    "metrics-a-list": ({"results": [{"outcome": "pass", "metrics": [1]}]}, "$.verification.results[0].metrics"),
+    "counts-a-list": ({"counts": []}, "$.verification.counts"),
+    "count-a-string": ({"counts": {"fail": "2"}}, "$.verification.counts.fail"),
+    "e2e-a-string": ({"e2e": "ok"}, "$.verification.e2e"),
+    "duration-a-string": ({"duration_s": "3 s"}, "$.verification.duration_s"),
+    "substitutes-an-object": ({"substitutes": {}}, "$.verification.substitutes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VERIFICATION))
+def test_malformed_verification_is_exit_2_naming_the_json_path(case, scan_data, tmp_path, capsys):
+    value, where = BAD_VERIFICATION[case]
+    run = _run_dir(tmp_path, dict(scan_data, verification=value))
+    code, err = _cli(capsys, "report", run, "--format", "html,md")
+    assert code == 2 and where in err, err
+
+
+def test_a_well_formed_verification_block_still_renders(scan_data, tmp_path, capsys):
+    good = {"device": "cpu", "seed": 0, "duration_s": 1.5, "counts": {"pass": 1, "skipped": 1},
+            "results": [{"op": "aten::add", "outcome": "pass", "metrics": {"cosine": 1.0}, "input_shapes": [[2]],
+                         "dtypes": ["float"]},
+                        {"op": "aten::mul", "outcome": "skipped", "message": "argument x was not recorded"}],
+            "future_field": {"kept": True}}
+    run = _run_dir(tmp_path, dict(scan_data, verification=good))
+    code, _ = _cli(capsys, "report", run, "--format", "html,md,json")
+    assert code == 0
+    assert json.loads((run / "scan.json").read_text())["verification"]["future_field"] == {"kept": True}
