@@ -10,6 +10,8 @@ Without --script it runs the suite: examples/train_alexnet.py, examples/train_re
   machine without a GPU only opscope's CUDA->CPU remap is applied, so the script can run at all;
 - opscope: `opscope scan SCRIPT --steps N` (capture, analysis, scan.json/operators.csv/traces; no
   HTML/XLSX so we time the scan itself);
+- profiler: the bare profiler floor - `torch.profiler.profile(record_shapes=True)` across all N steps,
+  stopped once at the end, nothing else (no source lines, no per-step output);
 - seed: the porting guide's method - profile each step with record_shapes, print
   `key_averages(group_by_input_shape=True).table()` and parse the printed table.
 Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios.
@@ -36,6 +38,10 @@ state = {"n": 0, "prof": None, "rows": 0}
 ROW = re.compile(r"^\s*(\S+)\s+.*?(\[\[.*\]\])?\s*$")
 
 def start():
+    if mode == "profiler" and state["prof"] is None:
+        from torch.profiler import ProfilerActivity, profile
+        state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        state["prof"].__enter__()
     if mode == "seed":
         state["prof"] = torch.autograd.profiler.profile(record_shapes=True)
         state["prof"].__enter__()
@@ -57,6 +63,9 @@ def after_step():
     state["n"] += 1
     end_step()
     if state["n"] >= steps:
+        if mode == "profiler":
+            state["prof"].__exit__(None, None, None)   # the profiler's own post-processing counts
+            state["rows"] = len(state["prof"].events())
         sys.stdout.flush()
         os._exit(0)
     start()
@@ -151,19 +160,21 @@ def run_one(args, script: str, script_args: list) -> None:
             "plain": [sys.executable, str(runner), "plain", str(args.steps), script, *script_args],
             "opscope": [sys.executable, "-m", "opscope", "scan", script, "--steps", str(args.steps),
                         "--out", str(Path(tmp) / "run"), "--format", "", "--quiet", "--", *script_args],
+            "profiler": [sys.executable, str(runner), "profiler", str(args.steps), script, *script_args],
             "seed": [sys.executable, str(runner), "seed", str(args.steps), script, *script_args],
         }
-        times = {name: [] for name in commands}
-        for _ in range(args.repeat):  # interleave runs so machine noise hits all three alike
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.repeat):  # interleave runs so machine noise hits all of them alike
             for name, cmd in commands.items():
                 times[name].append(timed(cmd, env))
     med = {name: statistics.median(v) for name, v in times.items()}
     print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
           f"repeat: {args.repeat} (median wall seconds, whole process)")
     print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}")
-    for name in ("plain", "opscope", "seed"):
+    for name in ("plain", "opscope", "profiler", "seed"):
         print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x")
-    print(f"opscope vs seed method: {med['opscope'] / med['seed']:.2f}x")
+    print(f"opscope vs bare profiler: {med['opscope'] / med['profiler']:.2f}x; "
+          f"vs seed method: {med['opscope'] / med['seed']:.2f}x")
 
 
 if __name__ == "__main__":
