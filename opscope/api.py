@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from opscope.capture.run_folder import RunFolder
 from opscope.capture.runner import ChildOutcome
 from opscope.capture.session import CaptureSession
 
@@ -45,8 +46,7 @@ class capture:
     def __enter__(self) -> "capture":
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        for stale in ("steps.jsonl", "runtime.json"):
-            (self.out / "capture" / stale).unlink(missing_ok=True)
+        RunFolder(self.out).clear_capture()
         self.session.start()
         return self
 
