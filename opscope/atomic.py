@@ -63,10 +63,11 @@ def write_in_place(path, writer, complete) -> Path:
             code = errno.ENOSPC if full else errno.EIO
             raise OSError(code, os.strerror(code), str(path))
     except BaseException:
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        for leftover in (path, path.with_name(path.name + ".tmp")):   # and the writer's own temp (Kineto's)
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
         raise
     return path
 
@@ -117,8 +118,10 @@ class AppendLog:
         data = line.encode("utf-8")
         size = os.fstat(self.fd).st_size
         try:
-            _injected(self.path)
             view = memoryview(data)
+            if os.environ.get(FAIL_WRITE_ENV):   # an injected failure strikes mid-line, as a full disk does
+                view = view[os.write(self.fd, view[: len(data) // 2]):]
+                _injected(self.path)
             while view:
                 view = view[os.write(self.fd, view):]
         except OSError:

@@ -17,8 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from opscope.capture.run_folder import ANALYSIS_ERROR, SCRIPT_TRACEBACK, STOP_REASON, RunFolder
-from opscope.errors import EXIT_WRITE_FAILED   # the exit status when even outcome.json cannot be written
+from opscope.capture.run_folder import ANALYSIS_ERROR, SCRIPT_TRACEBACK, STOP_REASON, RunFolder, write_error_status
 
 
 class _Context:
@@ -115,9 +114,9 @@ def main(config_path: str, analyse=None) -> int:
                 "steps": session.step_index if session else 0, "ended": time.time(), **outcome_extra, **extra}
         try:
             folder.write_outcome(data)
-        except OSError:   # not even this fits: the exit status tells the parent
+        except OSError as exc:   # not even this fits: the exit status tells the parent
             sys.stderr.flush()
-            os._exit(EXIT_WRITE_FAILED)
+            os._exit(write_error_status(exc))
 
     session = None
     from opscope.capture.session import StopScan

@@ -278,8 +278,20 @@ def write_error_text(exc: OSError, path) -> str:
     return f"{disk_error_text(exc)} writing {path}"
 
 
-def is_disk_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in _ERRNO_TEXT
+_STATUS_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG)
+_STATUS_BASE = 80   # the capture child's exit status when it cannot even write outcome.json: 80 + which error
+
+
+def write_error_status(exc: OSError) -> int:
+    code = exc.errno if exc.errno in _STATUS_ERRNOS else errno.EIO
+    return _STATUS_BASE + _STATUS_ERRNOS.index(code)
+
+
+def write_error_of_status(status: int | None) -> str | None:
+    """'no space left on device' for the exit status ``write_error_status`` gave, else None."""
+    if status is None or not 0 <= status - _STATUS_BASE < len(_STATUS_ERRNOS):
+        return None
+    return _ERRNO_TEXT[_STATUS_ERRNOS[status - _STATUS_BASE]]
 
 
 # -- one scan per folder -------------------------------------------------------------------------
@@ -315,7 +327,10 @@ def lock(root, what: str, fix: str = "choose another --out") -> FolderLock:
     root = Path(root)
     path = root / LOCK
     for _ in range(20):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:   # a read-only folder: no scan can write there either; the caller says what is wrong
+            return FolderLock(path, -1, None)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder
-from opscope.errors import EXIT_WRITE_FAILED, UserError
+from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
+from opscope.errors import UserError
 
 GRACE_SECONDS = 10.0
 
@@ -276,10 +276,10 @@ def _count_lines(path: Path) -> int:
 
 def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:
     data = RunFolder(capture_dir.parent).read_outcome()
-    if data is None and returncode == EXIT_WRITE_FAILED:
-        path = capture_dir / OUTCOME   # the one write whose failure the child reports by its exit status
-        return ChildOutcome("write-error", None, f"could not write {CAPTURE}/{OUTCOME}", returncode=returncode,
-                            extra={"error_path": str(path)})
+    failure = write_error_of_status(returncode)
+    if data is None and failure:   # the one write whose failure the child reports by its exit status
+        return ChildOutcome("write-error", None, f"{failure} writing {CAPTURE}/{OUTCOME}", returncode=returncode,
+                            extra={"error_path": str(capture_dir / OUTCOME)})
     if data is None:
         if returncode is not None and returncode < 0:
             name = signal.Signals(-returncode).name

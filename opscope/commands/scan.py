@@ -186,8 +186,11 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
         failure = getattr(exc, "os_error", exc)
         if not isinstance(failure, OSError):
             raise
-        raise _write_failed(out, outcome, args.steps, failure, getattr(exc, "path", None) or failure.filename,
-                            result) from None
+        path = getattr(exc, "path", None) or failure.filename
+        if outcome.kind == "write-error":   # the capture's failure is the story; this one followed from it
+            raise _write_failed(out, outcome, args.steps, None, outcome.extra.get("error_path"), result,
+                                also=Path(path).name if path else None) from None
+        raise _write_failed(out, outcome, args.steps, failure, path, result) from None
     if outcome.kind == "write-error":
         raise _write_failed(out, outcome, args.steps, None, outcome.extra.get("error_path"), result)
     if not args.quiet:
@@ -207,11 +210,12 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
     return 0
 
 
-def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, result) -> UserError:
+def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, result,
+                  also: str | None = None) -> UserError:
     """The one line for a run folder that filled up (or failed) mid-scan: what failed, what was kept."""
     import errno
     import os
-    from opscope.capture.run_folder import RunFolder, folder_bytes, write_error_text
+    from opscope.capture.run_folder import RunFolder, folder_bytes, free_bytes, write_error_text
     if path:   # shown as the user named --out: runs/x/traces/step_0004.json
         rel = os.path.relpath(os.path.abspath(path), out.resolve())
         path = out / rel if not rel.startswith("..") else Path(path)
@@ -219,6 +223,8 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
         what = write_error_text(exc, path or out)
     elif path and " writing " in outcome.message:
         what = f"{outcome.message.split(' writing ')[0]} writing {path}"
+    elif path:
+        what = f"could not write {path}"
     else:
         what = outcome.message or f"a file of {out} could not be written"
     folder = RunFolder(out)
@@ -230,7 +236,8 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
             result = None
     if result is not None and folder.scan_json.is_file():
         kept = sum(1 for s in result.steps if s.complete)
-        where = f"{_steps(kept)} kept in {folder.scan_json}"
+        where = (f"{_steps(kept)} kept in {folder.scan_json}" if kept else
+                 f"no step was complete before it; {folder.scan_json} holds what was captured")
     else:
         from opscope.capture.store import load_capture
         try:
@@ -239,12 +246,14 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
             kept = 0
         where = (f"{_steps(kept)} kept in {folder.steps_log}; `opscope report {out}` rebuilds scan.json from "
                  "them once there is room" if kept else "no complete step was kept")
-    full = exc is None or exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    if full:
+    if also:
+        where += f", {also} not written"
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) if exc is not None else \
+        what.startswith(("no space left", "disk quota"))
+    if full:   # a re-scan clears this folder first, so what it holds counts as free
         used = folder_bytes(out)
-        done = max(kept, 1)
-        need = max(used / done * steps * 1.2, 2**20)
-        fix = f"free ~{need / 2**20:,.0f} MB or choose another --out"
+        need = used / max(kept, 1) * steps * 1.2 - used - (free_bytes(out) or 0)
+        fix = f"free ~{max(need, 2**20) / 2**20:,.0f} MB or choose another --out"
     else:
         fix = "check that file system or choose another --out"
     return UserError(f"{what} ({where}; {fix})", EXIT_WRITE_FAILED)
