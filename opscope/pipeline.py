@@ -30,10 +30,11 @@ def write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
     """scan.json and operators.csv always; then the requested reports (html, xlsx, md, sarif)."""
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
+    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     out = Path(out)
-    write_scan_json(result, out / "scan.json")
-    write_operators_csv(result, out / "operators.csv")
-    written = [out / "scan.json", out / "operators.csv"]
+    write_scan_json(result, out / SCAN_JSON)
+    write_operators_csv(result, out / OPERATORS_CSV)
+    written = [out / SCAN_JSON, out / OPERATORS_CSV]
     written.extend(write_reports(result, out, formats))
     return written
 

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from opscope.capture.run_folder import RunFolder
+from opscope.capture.run_folder import CAPTURE, RunFolder
 from opscope.errors import UserError
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "none")
@@ -165,7 +165,7 @@ def rank_dir(out_dir: Path, rank: int, captured: bool) -> Path:
     """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/ (not captured)."""
     out_dir = Path(out_dir)
     if not captured:
-        return out_dir / "capture" / "ranks" / f"rank{rank}"
+        return out_dir / CAPTURE / "ranks" / f"rank{rank}"
     return out_dir if rank == 0 else out_dir / f"rank{rank}"
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from opscope.capture import distributed
-from opscope.capture.run_folder import CAPTURE, SCRIPT_TRACEBACK, STEPS_LOG, RunFolder
+from opscope.capture.run_folder import CAPTURE, SCRIPT_TRACEBACK, STEPS_LOG, TRACES, RunFolder
 from opscope.capture.session import CaptureSession, StopScan
 
 RANK_GRACE_SECONDS = 5.0
@@ -227,7 +227,7 @@ def _new_launch(what: str, nprocs: int | None) -> dict:
              "running them uncaptured (only the first launch is captured)"), file=sys.stderr, flush=True)
     findings = _detach(_state.session, out_dir) if first else []
     return {
-        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"),
+        "out_dir": str(out_dir if first else out_dir / CAPTURE / f"spawn{_state.spawns}"),
         "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
         "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
         "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
@@ -292,14 +292,14 @@ def _detach(session, out_dir: Path) -> list:
         session._stop_profiler()      # what the launcher did before spawning is not a training step
     session.done = True
     session.tracker.boundary_pending = False
-    scratch = out_dir / "capture" / "launcher"
-    (scratch / "capture").mkdir(parents=True, exist_ok=True)
+    scratch = out_dir / CAPTURE / "launcher"
+    (scratch / CAPTURE).mkdir(parents=True, exist_ok=True)
     steps = session.capture_dir / STEPS_LOG
     if not session._steps_file.closed:
         session._steps_file.close()
     if steps.exists():
         steps.replace(scratch / CAPTURE / STEPS_LOG)
-    session.out_dir, session.capture_dir, session.trace_dir = scratch, scratch / "capture", scratch / "traces"
+    session.out_dir, session.capture_dir, session.trace_dir = scratch, scratch / CAPTURE, scratch / TRACES
     session.keep_in_memory = False
     return [f.to_dict() for f in session.findings.list()] if session.findings else []
 

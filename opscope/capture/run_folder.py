@@ -47,6 +47,10 @@ _ERRNO_TEXT = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quot
                errno.EFBIG: "file too large"}
 
 
+def trace_name(step: int) -> str:
+    return f"step_{step:04d}.json"
+
+
 class RunFolder:
     """One run folder; ``RunFolder(out).trace(3)`` is ``out/traces/step_0003.json``."""
 
@@ -75,7 +79,7 @@ class RunFolder:
         return self.root / SCAN_JSON
 
     def trace(self, step: int) -> Path:
-        return self.trace_dir / f"step_{step:04d}.json"
+        return self.trace_dir / trace_name(step)
 
     # -- writing -------------------------------------------------------------------------
     def write_capture_json(self, name: str, data, indent: int | None = None) -> Path:
@@ -159,13 +163,17 @@ class RunFolder:
                     removed += RunFolder(sub).clear_previous_scan(report_files)
                     _rmdir_if_empty(sub)
             _rmdir_if_empty(ranks)
-        if self.root.is_dir():
-            for path in self.root.iterdir():
-                if _RANK_NAME.match(path.name) and _is_dir(path) and _is_dir(path / CAPTURE):
-                    removed += RunFolder(path).clear_previous_scan(report_files)
-                    _rmdir_if_empty(path / CAPTURE)
-                    _rmdir_if_empty(path)
+        for path in self.rank_folders():
+            removed += RunFolder(path).clear_previous_scan(report_files)
+            _rmdir_if_empty(path / CAPTURE)
+            _rmdir_if_empty(path)
         return removed
+
+    def rank_folders(self) -> list[Path]:
+        """``rankN/`` run folders of the captured ranks of a distributed scan (rank 0 is this one)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if _RANK_NAME.match(p.name) and _is_dir(p) and _is_dir(p / CAPTURE))
 
     # -- recovery ----------------------------------------------------------------------------
     def recoverable(self) -> bool:

@@ -19,7 +19,7 @@ import torch
 
 from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text
+from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.model import OpCall
 
@@ -58,8 +58,8 @@ class CaptureSession:
                  keep_compile: bool = False, max_step_calls: int = DEFAULT_MAX_STEP_CALLS,
                  max_capture_mb: int = DEFAULT_MAX_CAPTURE_MB):
         self.out_dir = Path(out_dir)
-        self.capture_dir = self.out_dir / "capture"
-        self.trace_dir = self.out_dir / "traces"
+        self.capture_dir = RunFolder(self.out_dir).capture_dir
+        self.trace_dir = RunFolder(self.out_dir).trace_dir
         self.max_steps = steps
         self.step_marker = step_marker
         self.export_traces = export_traces
@@ -201,7 +201,7 @@ class CaptureSession:
             return
         trace = None
         if self.export_traces:
-            trace = self.trace_dir / f"step_{self.step_index:04d}.json"
+            trace = self.trace_dir / trace_name(self.step_index)
             try:
                 write_in_place(trace, lambda path: prof.export_chrome_trace(str(path)), _whole_trace)
             except OSError as exc:   # the disk is full: this step is not kept, and capture stops

@@ -57,7 +57,7 @@ def _recover(run_dir: Path, quiet: bool):
     from opscope.pipeline import recover_capture
     try:
         result = recover_capture(run_dir)
-        for rank_dir in sorted(p for p in run_dir.glob("rank*") if p.is_dir()):
+        for rank_dir in RunFolder(run_dir).rank_folders():
             if RunFolder(rank_dir).recoverable():
                 recover_capture(rank_dir)
     except OSError as exc:
