@@ -217,6 +217,30 @@ def test_recovery_of_a_rank_folder_uses_the_run_folders_configuration(tmp_path):
     assert scan["incomplete_reason"] == "recovered: the scan process was killed"
 
 
+def test_a_rank_that_cannot_write_ends_the_distributed_scan_and_every_rank_recovers(tmp_path):
+    """torchrun-style, every rank captured: rank 1's disk error ends the run (one line, exit 7);
+    with the scan.json files gone (a killed scan), `report` rebuilds rank 0's and rank 1's."""
+    out = tmp_path / "run"
+    env = dict(os.environ, OPSCOPE_FAIL_WRITE="rank1/traces/step_0002.json")
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "ddp_torchrun_train.py"),
+                           "--steps", "4", "--ranks", "all", "--out", str(out), "--quiet", "--format", ""],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == EXIT_WRITE_FAILED, proc.stderr[-3000:]
+    (line,) = _opscope_lines(proc.stderr)
+    assert line.startswith(f"opscope: error: rank 1: no space left on device writing {out}/rank1/traces/step_0002.json")
+    assert sorted(p.name for p in (out / "rank1" / "traces").iterdir()) == ["step_0001.json"]
+    _no_half_files(out)
+    for folder in (out, out / "rank1"):
+        (folder / "scan.json").unlink()
+        (folder / "capture" / "outcome.json").unlink()   # as if opscope was killed
+    report = run_opscope("report", out, "--format", "md")
+    assert report.returncode == 0, report.stderr[-3000:]
+    rank1 = json.loads((out / "rank1" / "scan.json").read_text())
+    assert rank1["settings"]["rank"] == 1 and [s["index"] for s in rank1["steps"]] == [1]
+    assert rank1["incomplete_reason"].startswith("recovered: the scan process was killed during step 2")
+    assert json.loads((out / "scan.json").read_text())["incomplete_reason"].startswith("recovered: ")
+
+
 # -- one scan per folder -------------------------------------------------------------------------
 def test_two_scans_into_one_folder_exactly_one_runs(tmp_path):
     out = tmp_path / "same"

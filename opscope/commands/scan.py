@@ -216,13 +216,16 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
     import errno
     import os
     from opscope.capture.run_folder import RunFolder, folder_bytes, free_bytes, write_error_text
+    prefix, _, written = (outcome.message or "").rpartition(" writing ")
+    path = path or (written if exc is None and prefix else None)
     if path:   # shown as the user named --out: runs/x/traces/step_0004.json
-        rel = os.path.relpath(os.path.abspath(path), out.resolve())
-        path = out / rel if not rel.startswith("..") else Path(path)
+        full_path = Path(path) if os.path.isabs(path) else out.resolve() / path
+        rel = os.path.relpath(full_path, out.resolve())
+        path = out / rel if not rel.startswith("..") else full_path
     if exc is not None:
         what = write_error_text(exc, path or out)
-    elif path and " writing " in outcome.message:
-        what = f"{outcome.message.split(' writing ')[0]} writing {path}"
+    elif path and prefix:
+        what = f"{prefix} writing {path}"
     elif path:
         what = f"could not write {path}"
     else:
@@ -249,7 +252,7 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
     if also:
         where += f", {also} not written"
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT) if exc is not None else \
-        what.startswith(("no space left", "disk quota"))
+        any(text in what for text in ("no space left", "disk quota"))
     if full:   # a re-scan clears this folder first, so what it holds counts as free
         used = folder_bytes(out)
         need = used / max(kept, 1) * steps * 1.2 - used - (free_bytes(out) or 0)
@@ -275,7 +278,11 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         findings = scan_paths([path], progress=update)
     elapsed = time.perf_counter() - t0
     _check_out(out)
-    (out / "findings.json").write_text(json.dumps([f.to_dict() for f in findings], indent=1), encoding="utf-8")
+    from opscope.atomic import write_atomic, write_failed
+    try:
+        write_atomic(out / "findings.json", json.dumps([f.to_dict() for f in findings], indent=1))
+    except OSError as exc:
+        raise write_failed(out / "findings.json", exc) from None
     if "sarif" in formats:
         from opscope.report.sarif import write_sarif
         write_sarif(findings, out / "findings.sarif")
