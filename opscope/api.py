@@ -64,6 +64,9 @@ class capture:
             outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)
         else:
             outcome = ChildOutcome("exception", 1, f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
+        if self.session.write_error is not None and exc is None:   # the folder filled up: recording stopped there
+            path, what = self.session.write_error
+            outcome = ChildOutcome("write-error", None, f"{what} writing {path}")
         from opscope.capture.runner import resolve_device
         from opscope.pipeline import analyse_capture
         device = "cpu"

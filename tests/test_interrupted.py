@@ -317,7 +317,7 @@ def test_clear_previous_scan_removes_opscope_files_only(tmp_path):
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert left == ["capture/mine.txt", "e2e/e2e.json", "notes.txt", "rank1/mine.txt", "rankings/scan.json",
                     "traces/keep.json"]
-    assert not (tmp_path / "rank2").exists()
+    assert not (tmp_path / "rank2").exists() and not (tmp_path / "capture" / "launcher").exists()
 
 
 def test_space_warning_after_the_first_step(tmp_path, monkeypatch):

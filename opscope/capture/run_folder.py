@@ -152,7 +152,7 @@ class RunFolder:
             for name in capture_names:
                 _unlink(self.capture_dir / name, removed)
             _clear_temps(self.capture_dir, capture_names, removed)
-            for name in ("outcome.tmp", "runtime.json.tmp"):   # temp names of opscope before 0.x
+            for name in ("outcome.tmp", "runtime.json.tmp"):   # the temp names older versions used
                 _unlink(self.capture_dir / name, removed)
             subs = [p for p in self.capture_dir.iterdir() if _SUB_CAPTURES.match(p.name)]
             ranks = self.capture_dir / "ranks"
@@ -163,9 +163,9 @@ class RunFolder:
                     removed += RunFolder(sub).clear_previous_scan(report_files)
                     _rmdir_if_empty(sub)
             _rmdir_if_empty(ranks)
+            _rmdir_if_empty(self.capture_dir)
         for path in self.rank_folders():
             removed += RunFolder(path).clear_previous_scan(report_files)
-            _rmdir_if_empty(path / CAPTURE)
             _rmdir_if_empty(path)
         return removed
 
