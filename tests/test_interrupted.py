@@ -132,14 +132,15 @@ def test_a_disk_that_fills_after_a_few_steps(tmp_path):
 
 # -- opscope killed ----------------------------------------------------------------------------
 def _alive(pattern: str) -> list[int]:
+    """Processes (not this test's) whose command line names ``pattern``: the scan's own files."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) != os.getpid():
             try:
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
             except OSError:
                 continue
-            if pattern in cmdline and "pytest" not in cmdline:
+            if pattern in cmdline:
                 pids.append(int(entry))
     return pids
 
@@ -167,6 +168,7 @@ def test_sigkill_of_opscope_then_report_recovers_the_captured_steps(tmp_path):
     while time.monotonic() < deadline and _alive(str(out)):
         time.sleep(0.2)
     assert not _alive(str(out)), "a process of the killed scan is still running"
+    assert _alive(str(SCRIPT)) == [], "the script outlived the killed scan"
     assert not (out / "scan.json").exists()
     captured = _lines(steps_log)
     assert captured >= 6
