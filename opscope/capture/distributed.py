@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from opscope.capture.run_folder import CAPTURE, RunFolder
+from opscope.capture.run_folder import CAPTURE, OUTCOME, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "none")
@@ -224,7 +224,12 @@ def rank_failure(rank: int, outcome: dict) -> dict:
 
 
 def read_rank_outcome(out_dir: Path, rank: int, captured: bool, returncode: int | None) -> dict:
-    data = RunFolder(rank_dir(out_dir, rank, captured)).read_outcome()
+    folder = RunFolder(rank_dir(out_dir, rank, captured))
+    data = folder.read_outcome()
+    failure = write_error_of_status(returncode)
+    if data is None and failure:   # the rank could not even write its outcome (disk full)
+        return {"kind": "write-error", "code": None, "message": f"{failure} writing {CAPTURE}/{OUTCOME}",
+                "where": None, "steps": 0, "ended": time.time(), "error_path": str(folder.outcome_path)}
     if data is None:
         if returncode is not None and returncode < 0:
             message = f"killed by {signal.Signals(-returncode).name}"
