@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from opscope.capture.run_folder import RunFolder
 from opscope.capture.runner import ChildOutcome
 from opscope.capture.session import CaptureSession
 
@@ -45,8 +46,7 @@ class capture:
     def __enter__(self) -> "capture":
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        for stale in ("steps.jsonl", "runtime.json"):
-            (self.out / "capture" / stale).unlink(missing_ok=True)
+        RunFolder(self.out).clear_capture()
         self.session.start()
         return self
 
@@ -64,6 +64,9 @@ class capture:
             outcome = ChildOutcome("steps-reached" if self.session.step_index >= self.steps else "finished", 0)
         else:
             outcome = ChildOutcome("exception", 1, f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
+        if self.session.write_error is not None and exc is None:   # the folder filled up: recording stopped there
+            path, what = self.session.write_error
+            outcome = ChildOutcome("write-error", None, f"{what} writing {path}")
         from opscope.capture.runner import resolve_device
         from opscope.pipeline import analyse_capture
         device = "cpu"

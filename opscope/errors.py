@@ -11,6 +11,7 @@ EXIT_SCRIPT_FAILED = 3    # the user's script raised, exited non-zero or was kil
 EXIT_TIMEOUT = 4          # --timeout ended the script
 EXIT_FAIL_UNDER = 5       # readiness score below --fail-under
 EXIT_VERIFY_FAILED = 6    # verification found failing operators
+EXIT_WRITE_FAILED = 7     # the run folder could not be written (disk full, quota, I/O error): what fit is kept
 EXIT_INTERNAL = 70        # a bug in opscope itself
 
 

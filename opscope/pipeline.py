@@ -30,10 +30,11 @@ def write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
     """scan.json and operators.csv always; then the requested reports (html, xlsx, md, sarif)."""
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
+    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     out = Path(out)
-    write_scan_json(result, out / "scan.json")
-    write_operators_csv(result, out / "operators.csv")
-    written = [out / "scan.json", out / "operators.csv"]
+    write_scan_json(result, out / SCAN_JSON)
+    write_operators_csv(result, out / OPERATORS_CSV)
+    written = [out / SCAN_JSON, out / OPERATORS_CSV]
     written.extend(write_reports(result, out, formats))
     return written
 
@@ -46,3 +47,49 @@ def write_reports(result, out: Path, formats: list[str]) -> list[Path]:
         return []
     from opscope.report.render import write_reports as render
     return render(result, out, formats=tuple(report_formats))
+
+
+def recover_capture(run_dir: Path):
+    """Rebuild scan.json (and operators.csv) of a scan whose ``opscope scan`` process was killed
+    (the OOM killer, a job scheduler, a power loss) from what it left: ``capture/`` and ``traces/``.
+
+    The result is marked incomplete ("recovered: the scan process was killed during step N")
+    unless the capture child had already recorded how the script ended.
+    """
+    import os
+    import time
+    from opscope.capture.run_folder import RunFolder, recovery_config
+    from opscope.capture.runner import ChildOutcome
+    folder = RunFolder(run_dir)
+    config = recovery_config(folder)
+    ended = folder.read_outcome()
+    if ended and ended.get("kind") not in (None, "usage"):
+        outcome = ChildOutcome(kind=str(ended["kind"]), code=ended.get("code"), message=str(ended.get("message") or ""),
+                               where=ended.get("where"), steps=int(ended.get("steps") or 0))
+    else:
+        outcome = ChildOutcome("recovered", None, "recovered: the scan process was killed")
+    settings = dict(config.get("settings") or {"steps": config.get("steps", 0)})
+    if config.get("rank") is not None:
+        settings["rank"] = config["rank"]
+    device = (ended or {}).get("device") or config.get("device") or "cpu"
+    if device == "auto":
+        from opscope.capture.runner import resolve_device
+        try:
+            device = resolve_device("auto")   # what the child resolved, on this machine
+        except Exception:
+            device = "cpu"
+    try:
+        last_write = os.stat(folder.steps_log).st_mtime
+    except OSError:
+        last_write = time.time()
+    result = analyse_capture(run_dir, script=str(config.get("script") or "<unknown script>"),
+                             argv=list(config.get("argv") or []), device=device, settings=settings,
+                             outcome=outcome, started_at=config.get("started_at"),
+                             duration_s=max(0.0, last_write - float(config.get("started_epoch") or last_write)),
+                             static_paths=[] if config.get("static", True) and _is_file(config.get("script")) else None,
+                             target=config.get("target"))
+    return result
+
+
+def _is_file(path) -> bool:
+    return bool(path) and Path(str(path)).is_file()

@@ -65,6 +65,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if steps and done < settings.get("steps", 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
+    result.notes.extend(meta.get("notes") or [])   # what reading the capture back had to drop
     result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)

@@ -17,6 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from opscope.capture.run_folder import ANALYSIS_ERROR, SCRIPT_TRACEBACK, STOP_REASON, RunFolder, write_error_status
+
 
 class _Context:
     """What a plugin sees: the device, the output folder, and step callbacks."""
@@ -40,12 +42,9 @@ def _user_frame_summary(exc: BaseException, script: str) -> str:
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
 
 
-STOP_REASON = "stop-reason.txt"   # written by the parent before it interrupts us: why
-
-
 def _stop_reason(out_dir: Path) -> str | None:
     try:
-        return (out_dir / "capture" / STOP_REASON).read_text(encoding="utf-8").strip()[:300] or None
+        return RunFolder(out_dir).capture_file(STOP_REASON).read_text(encoding="utf-8").strip()[:300] or None
     except OSError:
         return None
 
@@ -95,29 +94,36 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
                 target=config.get("target"), capture=session.snapshot() if in_memory else None)
         write_outcome(kind, code, message, where, analysed=True, device=device)
     except Exception:  # the parent will analyse; keep the reason for a bug report
-        (out_dir / "capture" / "analysis_error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        try:
+            RunFolder(out_dir).write_capture_text(ANALYSIS_ERROR, traceback.format_exc())
+        except OSError:
+            pass   # a full disk: the parent says so when it writes scan.json
 
 
 def main(config_path: str, analyse=None) -> int:
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
     script = config["script"]
-    outcome_path = out_dir / "capture" / "outcome.json"
-    (out_dir / "capture").mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(out_dir)
+    folder.capture_dir.mkdir(parents=True, exist_ok=True)
+
+    outcome_extra: dict = {}   # kept across rewrites of the outcome (the write error's path)
 
     def write_outcome(kind: str, code=None, message: str = "", where: str | None = None, **extra):
         data = {"kind": kind, "code": code, "message": message, "where": where,
-                "steps": session.step_index if session else 0, "ended": time.time(), **extra}
-        tmp = outcome_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        tmp.replace(outcome_path)
+                "steps": session.step_index if session else 0, "ended": time.time(), **outcome_extra, **extra}
+        try:
+            folder.write_outcome(data)
+        except OSError as exc:   # not even this fits: the exit status tells the parent
+            sys.stderr.flush()
+            os._exit(write_error_status(exc))
 
     session = None
     from opscope.capture.session import StopScan
     try:
         device = _resolve_device(config.get("device", "auto"))
     except Exception as exc:  # a UserError: the parent prints it as one line
-        outcome_path.write_text(json.dumps({"kind": "usage", "code": 2, "message": str(exc), "steps": 0}))
+        write_outcome("usage", 2, str(exc))
         return 2
     config["device"] = device
 
@@ -151,7 +157,9 @@ def main(config_path: str, analyse=None) -> int:
     except StopScan as stop:
         kind = "timeout" if stop.reason == "timeout" else "steps-reached"
         message = stop.reason
-        if kind == "timeout":
+        if stop.reason == "write-error":
+            kind = "write-error"
+        elif kind == "timeout":
             limit = (config.get("settings") or {}).get("timeout") or 0
             message = f"the script did not finish {config['steps']} steps within --timeout {limit:g}s"
             where = _user_frame_summary(stop, script)
@@ -169,8 +177,10 @@ def main(config_path: str, analyse=None) -> int:
         from opscope.text import printable
         message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
         where = _user_frame_summary(exc, script)
-        tb_path = out_dir / "capture" / "script_traceback.txt"
-        tb_path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        try:
+            folder.write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
+        except OSError:
+            pass   # the one-line error keeps the story
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
@@ -179,6 +189,13 @@ def main(config_path: str, analyse=None) -> int:
             kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
             if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
                 session.step_index = rank0_steps
+            clean = kind in ("finished", "steps-reached", "write-error") or (kind == "exit" and code == 0)
+            if session.write_error is not None and clean:
+                folder.release_reserve()   # room for this outcome and for scan.json of the complete steps
+                path, what = session.write_error
+                kind, code, where = "write-error", None, None
+                message = f"{what} writing {os.path.relpath(path, out_dir)}"
+                outcome_extra["error_path"] = path
             write_outcome(kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()

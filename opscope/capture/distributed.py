@@ -23,7 +23,6 @@ This module is imported by the parent and must not import torch.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import signal
 import socket
@@ -33,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from opscope.capture.run_folder import CAPTURE, OUTCOME, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "none")
@@ -165,7 +165,7 @@ def rank_dir(out_dir: Path, rank: int, captured: bool) -> Path:
     """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/ (not captured)."""
     out_dir = Path(out_dir)
     if not captured:
-        return out_dir / "capture" / "ranks" / f"rank{rank}"
+        return out_dir / CAPTURE / "ranks" / f"rank{rank}"
     return out_dir if rank == 0 else out_dir / f"rank{rank}"
 
 
@@ -193,7 +193,7 @@ def failed(outcome: dict | None) -> bool:
     if outcome is None:
         return True
     kind = outcome.get("kind")
-    return kind in ("exception", "usage") or (kind == "exit" and outcome.get("code") not in (0, None))
+    return kind in ("exception", "usage", "write-error") or (kind == "exit" and outcome.get("code") not in (0, None))
 
 
 def culprit(outcomes: dict) -> tuple[int, dict] | None:
@@ -224,16 +224,20 @@ def rank_failure(rank: int, outcome: dict) -> dict:
 
 
 def read_rank_outcome(out_dir: Path, rank: int, captured: bool, returncode: int | None) -> dict:
-    path = rank_dir(out_dir, rank, captured) / "capture" / "outcome.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    folder = RunFolder(rank_dir(out_dir, rank, captured))
+    data = folder.read_outcome()
+    failure = write_error_of_status(returncode)
+    if data is None and failure:   # the rank could not even write its outcome (disk full)
+        return {"kind": "write-error", "code": None, "message": f"{failure} writing {CAPTURE}/{OUTCOME}",
+                "where": None, "steps": 0, "ended": time.time(), "error_path": str(folder.outcome_path)}
+    if data is None:
         if returncode is not None and returncode < 0:
             message = f"killed by {signal.Signals(-returncode).name}"
         else:
             message = f"the rank process ended abruptly (exit status {returncode})"
         return {"kind": "killed", "code": returncode, "message": message, "where": None, "steps": 0,
                 "ended": time.time()}
+    return data
 
 
 # -- torchrun-style: opscope starts the ranks -----------------------------------------------
@@ -248,7 +252,6 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     plan = config["distributed"]
     world, captured = plan["world_size"], set(plan["ranks"])
     out_dir = Path(config["out_dir"])
-    capture_dir = out_dir / "capture"
     procs: dict[int, subprocess.Popen] = {}
     relays = []
     started = time.monotonic()
@@ -259,15 +262,12 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         for rank in range(world):
             is_captured = rank in captured
             folder = rank_dir(out_dir, rank, is_captured)
-            (folder / "capture").mkdir(parents=True, exist_ok=True)
-            for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
-                (folder / "capture" / stale).unlink(missing_ok=True)
+            RunFolder(folder).clear_capture()
             cfg = dict(config, out_dir=str(folder.resolve()), rank=rank, capture=is_captured,
                        analyse=config.get("analyse", True) and is_captured,
                        argv=_rank_argv(config["argv"], rank, plan.get("local_rank_flag")),
                        settings=dict(config.get("settings") or {}, rank=rank))
-            path = folder / "capture" / "config.json"
-            path.write_text(json.dumps(cfg, indent=1), encoding="utf-8")
+            path = RunFolder(folder).write_config(cfg)
             env = dict(child_env, **rank_env(rank, world))
             proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
@@ -283,7 +283,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
                     outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
                     stopping = stopping or failed(outcomes[rank]) or outcomes[rank].get("kind") == "killed"
             if progress is not None:
-                progress(_count_lines(capture_dir / "steps.jsonl"))
+                progress(_count_lines(RunFolder(out_dir).steps_log))
             if timeout and not timed_out and time.monotonic() - started > timeout:
                 timed_out = True
                 _stop_all(procs, signal.SIGTERM)
@@ -309,7 +309,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     for relay in relays:
         relay.join(timeout=5)
     if progress is not None:
-        progress(_count_lines(capture_dir / "steps.jsonl"))
+        progress(_count_lines(RunFolder(out_dir).steps_log))
     for rank, proc in procs.items():
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
             outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
@@ -327,6 +327,8 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         rank, data = culprit(outcomes) or (0, main)
         data = rank_failure(rank, data)
         extra.pop("analysed", None)   # rank 0's scan.json tells its own end; the run's end is the culprit's
+        if data.get("error_path"):   # a rank could not write its folder (disk full)
+            extra["error_path"] = data["error_path"]
         return ChildOutcome(data.get("kind", "killed"), data.get("code"), data.get("message", ""),
                             where=data.get("where"), steps=main.get("steps", 0), returncode=procs[rank].returncode,
                             extra=extra)
@@ -375,7 +377,7 @@ def _stop_peers(procs: dict, out_dir: Path, captured: set) -> None:
     while time.monotonic() < deadline and any(p.poll() is None for p in procs.values()):
         time.sleep(0.1)
     for rank, proc in procs.items():
-        ending = (rank_dir(out_dir, rank, rank in captured) / "capture" / "outcome.json").exists()
+        ending = RunFolder(rank_dir(out_dir, rank, rank in captured)).outcome_path.exists()
         if proc.poll() is None and not ending:
             from opscope.capture.runner import _signal_group
             _signal_group(proc, signal.SIGINT)

@@ -16,7 +16,6 @@ See ``distributed.py`` for the folders and the torchrun-style launch.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import signal
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from opscope.capture import distributed
+from opscope.capture.run_folder import CAPTURE, SCRIPT_TRACEBACK, STEPS_LOG, TRACES, RunFolder
 from opscope.capture.session import CaptureSession, StopScan
 
 RANK_GRACE_SECONDS = 5.0
@@ -227,7 +227,7 @@ def _new_launch(what: str, nprocs: int | None) -> dict:
              "running them uncaptured (only the first launch is captured)"), file=sys.stderr, flush=True)
     findings = _detach(_state.session, out_dir) if first else []
     return {
-        "out_dir": str(out_dir if first else out_dir / "capture" / f"spawn{_state.spawns}"),
+        "out_dir": str(out_dir if first else out_dir / CAPTURE / f"spawn{_state.spawns}"),
         "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
         "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
         "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
@@ -292,14 +292,14 @@ def _detach(session, out_dir: Path) -> list:
         session._stop_profiler()      # what the launcher did before spawning is not a training step
     session.done = True
     session.tracker.boundary_pending = False
-    scratch = out_dir / "capture" / "launcher"
-    (scratch / "capture").mkdir(parents=True, exist_ok=True)
-    steps = session.capture_dir / "steps.jsonl"
+    scratch = out_dir / CAPTURE / "launcher"
+    (scratch / CAPTURE).mkdir(parents=True, exist_ok=True)
+    steps = session.capture_dir / STEPS_LOG
     if not session._steps_file.closed:
         session._steps_file.close()
     if steps.exists():
-        steps.replace(scratch / "capture" / "steps.jsonl")
-    session.out_dir, session.capture_dir, session.trace_dir = scratch, scratch / "capture", scratch / "traces"
+        steps.replace(scratch / CAPTURE / STEPS_LOG)
+    session.out_dir, session.capture_dir, session.trace_dir = scratch, scratch / CAPTURE, scratch / TRACES
     session.keep_in_memory = False
     return [f.to_dict() for f in session.findings.list()] if session.findings else []
 
@@ -314,9 +314,7 @@ class _RankTarget:
         cfg = self.config
         captured = rank in cfg["captured"]
         folder = distributed.rank_dir(Path(cfg["out_dir"]), rank, captured)
-        (folder / "capture").mkdir(parents=True, exist_ok=True)
-        for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
-            (folder / "capture" / stale).unlink(missing_ok=True)
+        RunFolder(folder).clear_capture()
         session = make_session(captured, folder, cfg["steps"], step_marker=cfg["step_marker"],
                                user_root=cfg["user_root"], remap=cfg["remap"], export_traces=cfg["export_traces"],
                                **capture_options(cfg))
@@ -338,6 +336,8 @@ class _RankTarget:
         except StopScan as stop:
             if stop.reason == "terminated":
                 kind, message = "killed", "stopped by opscope (another rank failed, or the scan was stopped)"
+            elif stop.reason == "write-error":
+                kind = "write-error"
             else:
                 kind, message = "steps-reached", stop.reason
         except KeyboardInterrupt:
@@ -350,14 +350,20 @@ class _RankTarget:
             kind, code, error = "exception", 1, exc
             message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
             where = _where(exc, cfg["script"])
-            (folder / "capture" / "script_traceback.txt").write_text("".join(traceback.format_exception(exc)),
-                                                                      encoding="utf-8")
+            try:
+                RunFolder(folder).write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
+            except OSError:
+                pass
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
                 session.finish(ended_normally=kind == "finished")
             finally:
-                _write_outcome(folder, kind, code, message, where, session.step_index)
+                extra = {}
+                if session.write_error is not None and kind in ("finished", "steps-reached", "write-error"):
+                    path, what = session.write_error
+                    kind, message, extra["error_path"] = "write-error", f"{what} writing {path}", path
+                _write_outcome(folder, kind, code, message, where, session.step_index, **extra)
         sys.stdout.flush()
         sys.stderr.flush()
         if error is not None:
@@ -370,12 +376,12 @@ def _where(exc, script: str) -> str:
     return _user_frame_summary(exc, script)
 
 
-def _write_outcome(folder: Path, kind, code, message, where, steps) -> None:
-    path = folder / "capture" / "outcome.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"kind": kind, "code": code, "message": message, "where": where, "steps": steps,
-                               "ended": time.time()}), encoding="utf-8")
-    tmp.replace(path)
+def _write_outcome(folder: Path, kind, code, message, where, steps, **extra) -> None:
+    try:
+        RunFolder(folder).write_outcome({"kind": kind, "code": code, "message": message, "where": where,
+                                         "steps": steps, "ended": time.time(), **extra})
+    except OSError:
+        pass   # the launcher reads a missing outcome as a rank that ended abruptly
 
 
 # -- once the script is over --------------------------------------------------------------------

@@ -5,7 +5,6 @@ show progress, and turn however the child ended into a ``ChildOutcome``.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -16,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 GRACE_SECONDS = 10.0
@@ -23,7 +23,7 @@ GRACE_SECONDS = 10.0
 
 @dataclass
 class ChildOutcome:
-    kind: str                 # finished | steps-reached | exception | exit | killed | timeout
+    kind: str                 # finished | steps-reached | exception | exit | killed | timeout | write-error
     code: int | None = None
     message: str = ""
     where: str | None = None
@@ -78,11 +78,9 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     ``distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
     """
     out_dir = Path(out_dir)
-    capture_dir = out_dir / "capture"
-    capture_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "analysis_error.txt",
-                  "stop-reason.txt"):
-        (capture_dir / stale).unlink(missing_ok=True)
+    folder = RunFolder(out_dir)
+    capture_dir = folder.capture_dir
+    folder.clear_capture()
     config = {
         "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
         "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
@@ -92,8 +90,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         "distributed": distributed, "started_epoch": time.time(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
-    config_path = capture_dir / "config.json"
-    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
+    config_path = folder.write_config(config)
+    folder.reserve_space()   # released when the script ends: room for the outcome and scan.json
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -101,7 +99,10 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         from opscope.capture import distributed as dist_launch
         child_env.update(dist_launch.launch_env(distributed, dist_launch.free_port()))
         if distributed["launcher"] == "torchrun":
-            return dist_launch.run_ranks(config, child_env, timeout, progress)
+            try:
+                return dist_launch.run_ranks(config, child_env, timeout, progress)
+            finally:
+                folder.release_reserve()
     cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
@@ -113,7 +114,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     over_memory = None
     limit_mb = max_memory_mb if max_memory_mb is not None else default_max_memory_mb()
     next_memory_check = 0.0
-    steps_file = capture_dir / "steps.jsonl"
+    steps_file = folder.steps_log
     restore = _forward_termination()
     try:
         while True:
@@ -148,6 +149,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         if proc.poll() is None:
             proc.wait()
     relay.join(timeout=5)
+    folder.release_reserve()
     outcome = _read_outcome(capture_dir, proc.returncode)
     if outcome.kind == "usage":
         raise UserError(outcome.message)
@@ -172,7 +174,9 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
 _PROFILER_CHATTER = re.compile(rb"^(?:(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]"
                                rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling"
                                # Kineto on a CUDA build of torch without a GPU: noise, not the script's error
-                               rb"|ERROR:\S* ?\S* \d+:\d+ \w+\.cpp:\d+\] gpuGetDeviceCount failed)")
+                               rb"|ERROR:\S* ?\S* \d+:\d+ \w+\.cpp:\d+\] gpuGetDeviceCount failed"
+                               # Kineto's own line about a trace it could not write: opscope reports it
+                               rb"|ERROR:\S* ?\S* \d+:\d+ output_json\.cpp:\d+\] Fail)")
 
 
 def _relay_stderr(stream) -> None:
@@ -244,7 +248,7 @@ def _stop_child(proc, sig, capture_dir: Path | None = None, reason: str | None =
     """Ask the child to stop with ``sig`` (saying why); kill its whole group after the grace period."""
     if reason and capture_dir is not None:
         try:
-            (capture_dir / "stop-reason.txt").write_text(reason, encoding="utf-8")
+            RunFolder(capture_dir.parent).write_capture_text(STOP_REASON, reason)
         except OSError:
             pass
     _signal_group(proc, sig)
@@ -271,10 +275,12 @@ def _count_lines(path: Path) -> int:
 
 
 def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:
-    path = capture_dir / "outcome.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = RunFolder(capture_dir.parent).read_outcome()
+    failure = write_error_of_status(returncode)
+    if data is None and failure:   # the one write whose failure the child reports by its exit status
+        return ChildOutcome("write-error", None, f"{failure} writing {CAPTURE}/{OUTCOME}", returncode=returncode,
+                            extra={"error_path": str(capture_dir / OUTCOME)})
+    if data is None:
         if returncode is not None and returncode < 0:
             name = signal.Signals(-returncode).name
             return ChildOutcome("killed", returncode, f"the script was killed by {name}", returncode=returncode)
@@ -282,4 +288,4 @@ def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:
                             returncode=returncode)
     return ChildOutcome(kind=data.get("kind", "killed"), code=data.get("code"), message=data.get("message", ""),
                         where=data.get("where"), steps=data.get("steps", 0), returncode=returncode,
-                        extra={k: data[k] for k in ("analysed", "device") if k in data})
+                        extra={k: data[k] for k in ("analysed", "device", "error_path") if k in data})

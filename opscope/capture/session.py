@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
+from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.model import OpCall
 
@@ -56,8 +58,8 @@ class CaptureSession:
                  keep_compile: bool = False, max_step_calls: int = DEFAULT_MAX_STEP_CALLS,
                  max_capture_mb: int = DEFAULT_MAX_CAPTURE_MB):
         self.out_dir = Path(out_dir)
-        self.capture_dir = self.out_dir / "capture"
-        self.trace_dir = self.out_dir / "traces"
+        self.capture_dir = RunFolder(self.out_dir).capture_dir
+        self.trace_dir = RunFolder(self.out_dir).trace_dir
         self.max_steps = steps
         self.step_marker = step_marker
         self.export_traces = export_traces
@@ -104,13 +106,14 @@ class CaptureSession:
         self.keep_in_memory = True                # the child analyses from memory, not from disk
         self.step_records: list = []
         self._shared: dict = {}   # equal lists/strings across steps share one object
+        self.write_error: tuple[str, str] | None = None   # (path, what failed) once the folder cannot be written
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         self.capture_dir.mkdir(parents=True, exist_ok=True)
         if self.export_traces:
             self.trace_dir.mkdir(parents=True, exist_ok=True)
-        self._steps_file = open(self.capture_dir / "steps.jsonl", "a", encoding="utf-8")
+        self._steps_file = RunFolder(self.out_dir).open_steps_log()
         if self.remapper is not None:
             self.remapper.install()
         if self.compile_guard is not None:
@@ -172,6 +175,8 @@ class CaptureSession:
             self.step_index += 1
             self._write_step(prof, duration_us, complete=not partial)
             del prof
+            if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
+                partial = True
             _release_freed_memory()
             self.backward_in_step = False
             self._anchor_done = False
@@ -184,6 +189,8 @@ class CaptureSession:
             callback(self.step_index)
         if self.done and not partial and not last and self.raise_when_done:
             raise StopScan(f"captured {self.step_index} steps")
+        if self.write_error is not None and not last and self.raise_when_done:
+            raise StopScan("write-error")   # as --timeout does: never an OSError in the user's code
 
     def _write_step(self, prof, duration_us: float, complete: bool) -> None:
         events = prof.kineto_results.events() if prof.kineto_results is not None else []
@@ -194,9 +201,13 @@ class CaptureSession:
             return
         trace = None
         if self.export_traces:
-            trace = self.trace_dir / f"step_{self.step_index:04d}.json"
+            trace = self.trace_dir / trace_name(self.step_index)
             try:
-                prof.export_chrome_trace(str(trace))
+                write_in_place(trace, lambda path: prof.export_chrome_trace(str(path)), _whole_trace)
+            except OSError as exc:   # the disk is full: this step is not kept, and capture stops
+                self._write_failed(exc, trace)
+                self.step_index -= 1
+                return
             except Exception:  # a trace is a bonus; the step record is what matters
                 trace = None
         record: dict[str, Any] = {
@@ -208,8 +219,14 @@ class CaptureSession:
             "unrecorded": self._take_unrecorded(),
             "calls": [[getattr(c, f) for f in _CALL_FIELDS] for c in calls],
         }
-        self._steps_file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._steps_file.flush()
+        try:
+            self._steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
+        except OSError as exc:
+            if trace is not None:
+                Path(trace).unlink(missing_ok=True)   # a trace without its step record is not kept
+            self._write_failed(exc, self.capture_dir / STEPS_LOG)
+            self.step_index -= 1
+            return
         if self.keep_in_memory:
             record = dict(record)
             record.pop("calls")
@@ -259,9 +276,15 @@ class CaptureSession:
         findings = [f.to_dict() for f in self.findings.list()] if self.findings else []
         data = {"columns": _CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
                 "dataloaders": self.dataloaders}
-        tmp = self.capture_dir / "runtime.json.tmp"
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        tmp.replace(self.capture_dir / "runtime.json")
+        try:
+            write_atomic(self.capture_dir / RUNTIME, json.dumps(data))
+        except OSError as exc:
+            self._write_failed(exc, self.capture_dir / RUNTIME)
+
+    def _write_failed(self, exc: OSError, path) -> None:
+        """A write into the run folder failed (disk full, quota, I/O error): record no more."""
+        if self.write_error is None:
+            self.write_error = (str(path), disk_error_text(exc))
 
     # -- step markers ----------------------------------------------------------------
     def _install_step_hooks(self) -> None:
@@ -528,6 +551,16 @@ class CaptureSession:
         self._hooks += [_Restore(DataLoader, "__init__", orig_init),
                         _Restore(_BaseDataLoaderIter, "__next__", orig_next),
                         _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
+
+
+def _whole_trace(path) -> bool:
+    """Kineto reports no write error: a trace cut short by a full disk does not end its JSON."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - 64))
+            return fh.read().rstrip().endswith(b"}")
+    except OSError:
+        return False
 
 
 def _release_freed_memory() -> None:

@@ -7,32 +7,40 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder
 from opscope.model import Finding, OpCall, PHASES, Step
 
 
 def load_capture(out_dir: Path):
     """Return (calls, steps, side_by_step, findings, meta) from the files of a capture."""
-    capture_dir = Path(out_dir) / "capture"
+    folder = RunFolder(out_dir)
     runtime = {}
     try:
-        runtime = json.loads((capture_dir / "runtime.json").read_text(encoding="utf-8"))
+        runtime = json.loads(folder.capture_file(RUNTIME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
     from opscope.capture.session import _CALL_FIELDS
     columns = runtime.get("columns", _CALL_FIELDS)
-    records = []
-    path = capture_dir / "steps.jsonl"
+    records: list[dict] = []
+    notes: list[str] = []
+    path = folder.steps_log
     if path.exists():
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
                 try:
                     record = json.loads(line)
-                except ValueError:
-                    break  # truncated by a kill: keep the complete steps before it
-                record["op_calls"] = [OpCall(**dict(zip(columns, row))) for row in record.pop("calls")]
+                    record["op_calls"] = [OpCall(**dict(zip(columns, row))) for row in record.pop("calls")]
+                    int(record["step"]), float(record["duration_us"])
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    # cut by a kill or power loss mid-write: keep the complete steps before it
+                    notes.append(f"{STEPS_LOG} line {number} was cut short (the scan was killed while writing "
+                                 f"it) and was dropped; the {len(records)} step(s) before it are kept")
+                    break
                 records.append(record)
     findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
-    return records_to_capture(records, findings, runtime.get("dataloaders", {}))
+    calls, steps, side, findings, meta = records_to_capture(records, findings, runtime.get("dataloaders", {}))
+    meta["notes"] = notes
+    return calls, steps, side, findings, meta
 
 
 def records_to_capture(records: list[dict], findings: list, dataloaders: dict):

@@ -1,8 +1,10 @@
 """`opscope report RUN_DIR`: re-render the reports of a run from its scan.json."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from opscope.capture.run_folder import RunFolder
 from opscope.commands._common import add_out
 from opscope.report.registry import add_format_option
 
@@ -22,13 +24,47 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from opscope.atomic import ensure_out_dir
+    from opscope.capture.run_folder import lock
     from opscope.report.json_out import read_scan_json
     from opscope.report.render import write_reports
-    result = read_scan_json(Path(args.run_dir))
     run_dir = Path(args.run_dir)
+    recover = run_dir.is_dir() and RunFolder(run_dir).recoverable()   # a killed scan: no scan.json yet
+    result = None if recover else read_scan_json(run_dir)
     out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
     ensure_out_dir(out_dir, "--out" if args.out else "the run folder")
-    for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
-        if not args.quiet:
-            print(path)
+    folders = {p.resolve(): p for p in ([run_dir] if recover else []) + [out_dir]}
+    held = []
+    try:
+        for folder in folders.values():   # never into a folder a scan is writing
+            held.append(lock(folder, "report", fix="wait for it to finish or choose another --out"))
+            if held[-1].note and not args.quiet:
+                print(f"opscope: note: {held[-1].note}", file=sys.stderr)
+        if recover:
+            result = _recover(run_dir, args.quiet)
+        assert result is not None
+        for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
+            if not args.quiet:
+                print(path)
+    finally:
+        for h in held:
+            h.release()
     return 0
+
+
+def _recover(run_dir: Path, quiet: bool):
+    """scan.json of a scan whose process was killed, rebuilt from its capture (every captured rank)."""
+    from opscope.atomic import write_failed
+    from opscope.pipeline import recover_capture
+    try:
+        result = recover_capture(run_dir)
+        for rank_dir in RunFolder(run_dir).rank_folders():
+            if RunFolder(rank_dir).recoverable():
+                recover_capture(rank_dir)
+    except OSError as exc:
+        raise write_failed(exc.filename or run_dir / "scan.json", exc) from None
+    if not quiet:
+        kept = sum(1 for s in result.steps if s.complete)
+        print(f"opscope: recovered {run_dir / 'scan.json'} from the capture of a scan that did not finish "
+              f"({kept} complete step{'' if kept == 1 else 's'}; {result.incomplete_reason or 'complete'})",
+              file=sys.stderr)
+    return result

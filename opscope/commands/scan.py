@@ -8,7 +8,7 @@ from pathlib import Path
 
 from opscope.commands._common import add_device, add_out
 from opscope.commands._args import finite_float, non_empty, positive_float
-from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
+from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, EXIT_WRITE_FAILED, UserError
 from opscope.report.registry import add_format_option
 
 DEFAULT_STEPS = 5
@@ -107,7 +107,6 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out)
     from opscope.analysis.verdicts import resolve_target
     resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
-    from opscope.capture.runner import run_script
     from opscope.capture import distributed as dist_launch
     plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
@@ -119,13 +118,35 @@ def run(args: argparse.Namespace) -> int:
         settings["rank"] = 0
         if not args.quiet:
             console.print(f"opscope: {dist_launch.describe(plan)}")
+    from opscope.capture import run_folder
+    held = run_folder.lock(out, "scan")   # one scan per folder; refused at once (exit 2) when taken
+    try:
+        if held.note:
+            console.print(f"opscope: note: {held.note}", soft_wrap=True, markup=False, highlight=False)
+        from opscope.report.registry import reporters
+        run_folder.RunFolder(out).clear_previous_scan([r.file_name for r in reporters("scan").values()])
+        return _scan(args, console, script, formats, out, plan, settings)
+    finally:
+        held.release()
+
+
+def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict) -> int:
+    from opscope.capture.run_folder import space_warning
+    from opscope.capture.runner import run_script
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
     if not args.quiet:
         status.start()
 
+    space_checked: list[int] = []
+
     def progress(done: int) -> None:
+        if done and not space_checked:   # after the first step: will the rest fit on the disk?
+            space_checked.append(done)
+            warning = space_warning(out, done, args.steps)
+            if warning:
+                console.print(f"opscope: warning: {warning}", soft_wrap=True, markup=False, highlight=False)
         if not args.quiet:
             if done >= args.steps:  # the script is stopped; verdicts, dynamic shapes and reports follow
                 status.update(f"captured {args.steps}/{args.steps} steps of {script.name}; analysing "
@@ -151,14 +172,27 @@ def run(args: argparse.Namespace) -> int:
         except UserError:
             result = None
     from opscope.pipeline import analyse_capture, write_reports
-    if result is None:  # the child could not analyse (killed, crashed): do it here
-        result = analyse_capture(out, script=str(script), argv=args.script_args,
-                                 device=outcome.extra.get("device", args.device), settings=settings,
-                                 outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                                 static_paths=[], target=args.target)
-    import contextlib
-    with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet else contextlib.nullcontext()):
-        written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
+    try:
+        if result is None:  # the child could not analyse (killed, crashed): do it here
+            result = analyse_capture(out, script=str(script), argv=args.script_args,
+                                     device=outcome.extra.get("device", args.device), settings=settings,
+                                     outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
+                                     static_paths=[], target=args.target)
+        import contextlib
+        with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet
+              else contextlib.nullcontext()):
+            written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
+    except (OSError, UserError) as exc:
+        failure = getattr(exc, "os_error", exc)
+        if not isinstance(failure, OSError):
+            raise
+        path = getattr(exc, "path", None) or failure.filename
+        if outcome.kind == "write-error":   # the capture's failure is the story; this one followed from it
+            raise _write_failed(out, outcome, args.steps, None, outcome.extra.get("error_path"), result,
+                                also=Path(path).name if path else None) from None
+        raise _write_failed(out, outcome, args.steps, failure, path, result) from None
+    if outcome.kind == "write-error":
+        raise _write_failed(out, outcome, args.steps, None, outcome.extra.get("error_path"), result)
     if not args.quiet:
         from opscope.report.terminal import make_console, print_summary
         summary_console = make_console()
@@ -176,6 +210,62 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, result,
+                  also: str | None = None) -> UserError:
+    """The one line for a run folder that filled up (or failed) mid-scan: what failed, what was kept."""
+    import errno
+    import os
+    from opscope.capture.run_folder import RunFolder, folder_bytes, free_bytes, write_error_text
+    prefix, _, written = (outcome.message or "").rpartition(" writing ")
+    path = path or (written if exc is None and prefix else None)
+    if path:   # shown as the user named --out: runs/x/traces/step_0004.json
+        full_path = Path(path) if os.path.isabs(path) else out.resolve() / path
+        rel = os.path.relpath(full_path, out.resolve())
+        path = out / rel if not rel.startswith("..") else full_path
+    if exc is not None:
+        what = write_error_text(exc, path or out)
+    elif path and prefix:
+        what = f"{prefix} writing {path}"
+    elif path:
+        what = f"could not write {path}"
+    else:
+        what = outcome.message or f"a file of {out} could not be written"
+    folder = RunFolder(out)
+    if result is None and folder.scan_json.is_file():   # written before a later file failed
+        from opscope.report.json_out import read_scan_json
+        try:
+            result = read_scan_json(folder.scan_json)
+        except UserError:
+            result = None
+    if result is not None and folder.scan_json.is_file():
+        kept = sum(1 for s in result.steps if s.complete)
+        where = (f"{_steps(kept)} kept in {folder.scan_json}" if kept else
+                 f"no step was complete before it; {folder.scan_json} holds what was captured")
+    else:
+        from opscope.capture.store import load_capture
+        try:
+            kept = sum(1 for s in load_capture(out)[1] if s.complete)
+        except Exception:   # nothing readable: nothing was kept
+            kept = 0
+        where = (f"{_steps(kept)} kept in {folder.steps_log}; `opscope report {out}` rebuilds scan.json from "
+                 "them once there is room" if kept else "no complete step was kept")
+    if also:
+        where += f", {also} not written"
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) if exc is not None else \
+        any(text in what for text in ("no space left", "disk quota"))
+    if full:   # a re-scan clears this folder first, so what it holds counts as free
+        used = folder_bytes(out)
+        need = used / max(kept, 1) * steps * 1.2 - used - (free_bytes(out) or 0)
+        fix = f"free ~{max(need, 2**20) / 2**20:,.0f} MB or choose another --out"
+    else:
+        fix = "check that file system or choose another --out"
+    return UserError(f"{what} ({where}; {fix})", EXIT_WRITE_FAILED)
+
+
+def _steps(n: int) -> str:
+    return f"{n} complete step{'' if n == 1 else 's'}"
+
+
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
     """Scan files without running anything: findings to the terminal, findings.json (+ SARIF)."""
     import json
@@ -188,7 +278,11 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         findings = scan_paths([path], progress=update)
     elapsed = time.perf_counter() - t0
     _check_out(out)
-    (out / "findings.json").write_text(json.dumps([f.to_dict() for f in findings], indent=1), encoding="utf-8")
+    from opscope.atomic import write_atomic, write_failed
+    try:
+        write_atomic(out / "findings.json", json.dumps([f.to_dict() for f in findings], indent=1))
+    except OSError as exc:
+        raise write_failed(out / "findings.json", exc) from None
     if "sarif" in formats:
         from opscope.report.sarif import write_sarif
         write_sarif(findings, out / "findings.sarif")

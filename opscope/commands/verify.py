@@ -52,6 +52,17 @@ def _device(name: str) -> str:
 
 
 def run(args) -> int:
+    """Hold RUN_DIR while verify runs: its scan.json and reports are rewritten at the end."""
+    folder = Path(args.run_dir) if args.run_dir else None
+    folder = folder if folder is None or folder.is_dir() else folder.parent
+    if folder is None or not folder.is_dir():
+        return _run(args)
+    from opscope.capture.run_folder import lock
+    with lock(folder, "verify", fix="wait for it to finish"):
+        return _run(args)
+
+
+def _run(args) -> int:
     from opscope.report.terminal import make_console
     console = make_console(stderr=True)
     if not args.run_dir and not args.e2e:

@@ -33,8 +33,11 @@ def operator_rows(result: ScanResult) -> list[dict]:
 
 
 def write_operators_csv(result: ScanResult, path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows({k: csv_text(v) for k, v in row.items()} for row in operator_rows(result))
-    return Path(path)
+    from opscope.atomic import write_via_temp
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows({k: csv_text(v) for k, v in row.items()} for row in operator_rows(result))
+    return write_via_temp(path, write)
