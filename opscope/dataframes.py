@@ -117,6 +117,16 @@ class Run:
         return _frame(rows, columns)
 
     @cached_property
+    def npu_estimate(self):
+        """Operators ranked by *estimated* NPU time on the scan's chip (``attrs``: chip, step figures)."""
+        columns = ["operator", "input_shapes", "dtypes", "phase", "source", "calls_per_step", "kernels",
+                   "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us", "reason", "fix"]
+        est = self.result.npu_estimate or {}
+        frame = _frame([{k: r.get(k) for k in columns} for r in est.get("rows") or []], columns)
+        frame.attrs.update({"chip": est.get("chip"), "step": est.get("step"), "estimate": True})
+        return frame
+
+    @cached_property
     def verification(self):
         from opscope.report import view
         columns = ["op", "overload", "shapes", "dtypes", "outcome", "cosine", "max_abs_err", "max_rel_err",

@@ -16,6 +16,8 @@ def register(subparsers) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="directory holding scan.json (or the scan.json itself)")
     add_format_option(parser, "scan", default=DEFAULT_FORMATS)
     add_out(parser, help="write the reports here instead of next to scan.json", old=("--output-dir",))
+    parser.add_argument("--chip", default=None,
+                        help="re-price the NPU time estimate for this Ascend chip (910B1..910B4, 910A)")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the paths written")
     parser.set_defaults(func=run)
 
@@ -25,6 +27,12 @@ def run(args) -> int:
     from opscope.report.json_out import read_scan_json
     from opscope.report.render import write_reports
     result = read_scan_json(Path(args.run_dir))
+    if args.chip and result.npu_estimate and result.npu_estimate.get("basis"):
+        from opscope.analysis.npu_estimate import price
+        result.npu_estimate = price(result.npu_estimate["basis"], args.chip)
+    elif args.chip:
+        from opscope.analysis.npu_cost import resolve_chip
+        resolve_chip(args.chip)   # an unknown chip is a one-line error even without an estimate
     run_dir = Path(args.run_dir)
     out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
     ensure_out_dir(out_dir, "--out" if args.out else "the run folder")
