@@ -11,6 +11,7 @@ launches.  Prints yaml-ready lines; the yaml is edited by hand from them (and sa
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -25,6 +26,20 @@ RUNS = {
     "llm_r0": ("data/ascend_profiles/llm_megatron_4rank_level2/rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT",
                "Ascend910B3"),
 }
+
+
+def fit_vector(items) -> tuple[float, float]:
+    """(floor us, GB/s on the reference chip) minimising the time-weighted |log2(pred/measured)|."""
+    shortest = min(dur for *_, dur in items)
+    floors = [f for f in (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 30.0, 50.0) if f <= shortest] or [0.5]
+    rates = [50 * 1.1 ** i for i in range(60)]
+    best = (float("inf"), 1.5, 900.0)
+    for f in floors:
+        for g in rates:
+            err = sum(dur * abs(math.log2((f + k.bytes / (g * chip["hbm_gbps"] / 1600 * 1e9) * 1e6) / dur))
+                      for _, chip, k, dur in items)
+            best = min(best, (err, f, g))
+    return best[1], best[2]
 
 
 def main() -> None:
@@ -52,6 +67,9 @@ def main() -> None:
                 if k.flops and dur > floor:
                     by_run.setdefault(run, []).append(k.flops / peak / ((dur - floor) * 1e-6))
             figure = " ".join(f"{r}:{statistics.median(v):.3f}" for r, v in sorted(by_run.items()))
+        elif len(items) >= 3 and any(k.bytes for _, _, k, _ in items):
+            floor, gbps = fit_vector(items)
+            figure = f"{gbps:.0f} GB/s"
         else:
             small = [dur for _, _, k, dur in items if k.bytes < 256e3]
             floor = min(small) if small else 1.5

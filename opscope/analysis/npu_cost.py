@@ -25,6 +25,7 @@ class Kernel:
     dtype: str = "float32"      # the compute dtype (cube peak per dtype)
     count: float = 1.0
     inserted: bool = False      # TransData/Cast the NPU adds, not the script
+    written: float = 0.0        # of ``bytes``, those written (cube kernels write faster than they stream in)
     note: str = ""
     shapes: list = field(default_factory=list)
 
@@ -118,7 +119,9 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
             eff_table = eff_table.get(key, eff_table.get("default", 0.6))
         eff = float(eff_table)
         compute = kernel.flops / (peak * 1e12 * eff) * 1e6 if kernel.flops else 0.0
-        memory = kernel.bytes / (hbm * 1e9 * float(params.get("memory_efficiency", 0.6))) * 1e6
+        read = max(kernel.bytes - kernel.written, 0.0)
+        memory = (read / (hbm * 1e9 * float(params.get("memory_efficiency", 0.6)))
+                  + kernel.written / (hbm * 1e9 * float(params.get("write_efficiency", 1.0)))) * 1e6
         one = floor + max(compute, memory)
     elif unit == "aicpu":
         aicpu = model.get("aicpu") or {}
@@ -180,10 +183,19 @@ def kernel_from_row(row) -> Kernel:
     unit = unit_of(row.type, row.core)
     kind = params.get("flops", "")
     flops = row_flops(kind, row.input_shapes, row.output_shapes) if kind else 0.0
+    if kind == "matmul" and unaligned_inner_axes(row.input_shapes):
+        flops *= float((cost_model().get("alignment") or {}).get("matmul", {}).get("slowdown", 1.0))
     moved = tensor_bytes(row.input_shapes, row.input_dtypes) + tensor_bytes(row.output_shapes, row.output_dtypes)
     dtype = next((d for d in row.input_dtypes if dtype_name(d).startswith(("float", "bfloat"))), "float32")
     return Kernel(type=row.type, unit=unit, flops=flops, bytes=moved, dtype=dtype_name(dtype),
-                  shapes=row.input_shapes)
+                  shapes=row.input_shapes, written=tensor_bytes(row.output_shapes, row.output_dtypes))
+
+
+def unaligned_inner_axes(shapes) -> bool:
+    """The advisor's cube affinity check on ND operands: both inner (last) axes % 256 == 0."""
+    multiple = int((cost_model().get("alignment") or {}).get("matmul", {}).get("multiple", 256))
+    two_d = [s for s in shapes[:2] if isinstance(s, list) and len(s) == 2]
+    return len(two_d) == 2 and any(s[-1] % multiple for s in two_d)
 
 
 def log2_ratio(predicted: float, measured: float) -> float:

@@ -108,7 +108,7 @@ def _model_matmul(op, names) -> list[Kernel]:
     size = dtype_bytes(dtype)
     moved = tensor_bytes(*zip(*_tensors(op))) if _tensors(op) else 0.0
     moved += batch * m * n * size
-    return [Kernel(names[0], "cube", 2.0 * batch * m * k * n, moved, dtype)]
+    return [Kernel(names[0], "cube", 2.0 * batch * m * k * n, moved, dtype, written=batch * m * n * size)]
 
 
 def _model_attention(op, names) -> list[Kernel]:
@@ -478,13 +478,14 @@ def _kernels(items) -> list[Kernel]:
     return [Kernel(**k) for k in items]
 
 
-def price(basis: dict, chip: str | None = None, factors: dict | None = None) -> dict:
+def price(basis: dict, chip: str | None = None, factors: dict | None = None,
+          world_sizes: list[int] | None = None) -> dict:
     """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
     model = cost_model()
     name, figures = resolve_chip(chip)
     family = figures.get("family", "")
     launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
-    rows, totals = [], Counter()
+    rows, totals, by_type = [], Counter(), Counter()
     for row in basis.get("rows") or []:
         n = float(row.get("calls_per_step") or 0)
         kernels = _kernels(row.get("kernels") or [])
@@ -493,8 +494,11 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None) -> 
             inserted += _kernels(row.get("transdata_910a") or [])
         units = Counter()
         for k in kernels:
-            units[k.unit] += kernel_time_us(k, figures, factors) * n
+            t = kernel_time_us(k, figures, factors) * n
+            units[k.unit] += t
+            by_type[k.type] += t
         transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
+        by_type["TransData"] += transdata
         host = float(row.get("launches_per_step") or 0) * launch_us
         if row.get("fallback"):
             host += float(row.get("cpu_time_us") or 0)
@@ -524,14 +528,15 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None) -> 
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
-    step = _step(basis, totals, figures, rows)
+    step = _step(basis, totals, figures, rows, world_sizes)
+    step["kernel_types_us"] = {k: round(v, 1) for k, v in by_type.most_common() if v > 0}
     return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
             "calibration": dict(model.get("calibration") or {}), "basis": basis,
             "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
 
 
-def _step(basis: dict, totals: Counter, figures: dict, rows: list) -> dict:
+def _step(basis: dict, totals: Counter, figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
     model = cost_model()
     comm_cfg = model.get("communication") or {}
     cube = totals["cube"] + totals["fa"]
@@ -543,31 +548,47 @@ def _step(basis: dict, totals: Counter, figures: dict, rows: list) -> dict:
     grad = float((basis.get("gradients") or {}).get("bytes") or 0)
     batch = (basis.get("batch") or {}).get("value")
     per_world = []
-    for world in comm_cfg.get("world_sizes") or [1, 8, 16]:
-        comm = 0.0
-        link = "-"
-        if world > 1 and grad:
+    params = float((basis.get("gradients") or {}).get("parameters") or 0)
+    launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
+    for world in world_sizes or comm_cfg.get("world_sizes") or [1, 8, 16]:
+        comm, link, host = allreduce_us(grad, world, figures), "-", totals["host"]
+        if world > 1:
             link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
-            gbps = float((figures.get("link_gbps") or {}).get(link, 25))
-            buckets = max(1, -(-grad // (float(comm_cfg.get("bucket_mb", 25)) * 1e6)))
-            comm = 2 * (world - 1) / world * grad / (gbps * 1e9) * 1e6 + buckets * float(
-                comm_cfg.get("latency_us_per_bucket", 60))
+            host += params * float(comm_cfg.get("ddp_launches_per_parameter", 2)) * launch_us
         exposed = max(0.0, comm - float(comm_cfg.get("overlap", 0.8)) * backward)
         device_side = device + exposed
-        step_us = max(totals["host"], device_side)
-        parts = {"host": totals["host"], "compute": cube, "memory": vector + transdata, "aicpu": aicpu,
+        step_us = max(host, device_side)
+        parts = {"host": host, "compute": cube, "memory": vector + transdata, "aicpu": aicpu,
                  "communication": exposed}
-        if totals["host"] >= device_side:
+        if host >= device_side:
             bound = "host"
         else:
             bound = max(("compute", "memory", "aicpu", "communication"), key=lambda k: parts[k])
         per_world.append({"devices": world, "communication_us": round(comm, 1), "exposed_communication_us":
-                          round(exposed, 1), "link": link, "step_us": round(step_us, 1), "bound": bound,
+                          round(exposed, 1), "link": link, "host_us": round(host, 1), "step_us": round(step_us, 1),
+                          "bound": bound,
                           "fps": round(batch * world / (step_us / 1e6), 1) if batch and step_us else None})
     return {"device_us": round(device, 1), "compute_us": round(cube, 1), "vector_us": round(vector, 1),
             "transdata_us": round(transdata, 1), "transdata_kernels": round(totals["transdata_kernels"], 1),
             "aicpu_us": round(aicpu, 1), "host_us": round(totals["host"], 1), "kernels": round(totals["kernels"], 1),
             "gradient_bytes": grad, "batch": batch, "per_world_size": per_world}
+
+
+def allreduce_us(grad_bytes: float, world: int, figures: dict) -> float:
+    """DDP's gradient all-reduce on ``world`` NPUs: ring 2(p-1)/p x bytes over the link (inside a
+    server the measured all-reduce bandwidth where the chip has one), plus a latency per bucket."""
+    if world <= 1 or not grad_bytes:
+        return 0.0
+    cfg = cost_model().get("communication") or {}
+    buckets = max(1.0, -(-grad_bytes // (float(cfg.get("bucket_mb", 25)) * 1e6)))
+    latency = buckets * float(cfg.get("latency_us_per_bucket", 60))
+    measured = {int(k): float(v) for k, v in (figures.get("allreduce_gbps") or {}).items()}
+    if world <= int(figures.get("npus_per_server", 8)) and measured:
+        near = max((k for k in measured if k <= world), default=min(measured))
+        return grad_bytes / (measured[near] * 1e9) * 1e6 + latency
+    link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
+    gbps = float((figures.get("link_gbps") or {}).get(link, 25))
+    return 2 * (world - 1) / world * grad_bytes / (gbps * 1e9) * 1e6 + latency
 
 
 def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None) -> dict:
