@@ -119,7 +119,7 @@ class Run:
     @cached_property
     def npu_estimate(self):
         """Operators ranked by *estimated* NPU time on the scan's chip (``attrs``: chip, step figures)."""
-        columns = ["operator", "input_shapes", "dtypes", "phase", "source", "calls_per_step", "kernels",
+        columns = ["kind", "operator", "input_shapes", "dtypes", "phase", "source", "calls_per_step", "kernels",
                    "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us", "reason", "fix"]
         est = self.result.npu_estimate or {}
         frame = _frame([{k: r.get(k) for k in columns} for r in est.get("rows") or []], columns)

@@ -229,9 +229,9 @@ def _alignment_reason(op, rules: dict) -> str | None:
         dims = matmul_dims(op)
         rule = rules.get("matmul") or {}
         if dims and rule:
-            _, m, k, n = dims
+            batch, m, k, n = dims
             bad = [f"{axis}={v}" for axis, v in (("K", k), ("N", n)) if v % int(rule["multiple"])]
-            if bad and m * k * n >= 1 << 20:
+            if bad and batch * m * k * n >= 1 << 20:
                 return f"unaligned matmul: {', '.join(bad)} not a multiple of {rule['multiple']}"
     if "attention" in name:
         tensors = _tensors(op)
@@ -422,7 +422,7 @@ def build_basis(operators, steps, calls=None) -> dict:
             fix = ((rules.get("ops") or {}).get(name) or {}).get("fix") or rules.get("fix_dtype", "")
             reasons.append({"kind": "aicpu", "text": why, "fix": fix})
         unaligned = _alignment_reason(op, model.get("alignment") or {})
-        if unaligned and op.phase in ("forward", "eval"):
+        if unaligned:
             rule = (model.get("alignment") or {}).get("attention" if "attention" in unaligned else "matmul") or {}
             for k in kernels:
                 if k.unit in ("cube", "fa"):
@@ -515,7 +515,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
             reasons.append({"kind": "transdata", "text": f"{len(inserted)} TransData per call "
                             f"({', '.join(k.note for k in inserted[:3])}{'...' if len(inserted) > 3 else ''})",
                             "fix": (model.get("transdata") or {}).get("fix", "")})
-        rows.append({"operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
+        rows.append({"kind": "operator", "operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
                      "input_shapes": row.get("input_shapes"), "dtypes": row.get("dtypes"), "phase": row.get("phase"),
                      "source": row.get("source"), "calls_per_step": round(n, 2),
                      "kernels": ", ".join(dict.fromkeys(k.type for k in kernels)),
@@ -527,6 +527,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
                      "reason_kinds": [r["kind"] for r in reasons]})
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
+    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows))
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
     step["kernel_types_us"] = {k: round(v, 1) for k, v in by_type.most_common() if v > 0}
@@ -534,6 +535,54 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
             "calibration": dict(model.get("calibration") or {}), "basis": basis,
             "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
+
+
+def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:
+    """One ranked row per fusable sequence: the estimated time of its operators (forward and the
+    backward that autograd runs for the same lines), which the fused API replaces."""
+    out = []
+    for p in patterns:
+        members = [r for r in rows if r["source"] in p["sources"] and "pattern" not in r["reason_kinds"]]
+        if not members:
+            continue
+        api = p["api"].rsplit(".", 1)[-1]
+        out.append({"kind": "pattern", "operator": f"unfused {'-'.join(p['ops'])} ({api})", "input_shapes": None, "dtypes": None,
+                    "phase": "forward+backward", "source": p["source"], "calls_per_step": p.get("count", 1),
+                    "kernels": f"{sum(len(r['kernels'].split(', ')) for r in members)} kernels of "
+                               f"{len(members)} operator signatures",
+                    "npu_time_us": round(sum(r["npu_time_us"] for r in members), 2),
+                    "cube_us": round(sum(r["cube_us"] for r in members), 2),
+                    "vector_us": round(sum(r["vector_us"] for r in members), 2),
+                    "aicpu_us": round(sum(r["aicpu_us"] for r in members), 2),
+                    "transdata_us": round(sum(r["transdata_us"] for r in members), 2),
+                    "host_us": round(sum(r["host_us"] for r in members), 2),
+                    "reason": f"unfused pattern {'-'.join(p['ops'])} at {', '.join(p['sources'])}: "
+                              f"{p['api']} does it in one kernel",
+                    "fix": p.get("fix", ""), "reason_kinds": ["pattern"]})
+    return out
+
+
+def _alignment_rows(rows: list[dict]) -> list[dict]:
+    """One ranked row per source line with unaligned cube operators (forward and backward)."""
+    lines: dict[str, list] = {}
+    for r in rows:
+        if "alignment" in r["reason_kinds"] and r["source"]:
+            lines.setdefault(r["source"], []).append(r)
+    out = []
+    for source, members in lines.items():
+        if len(members) < 2:
+            continue
+        axes = sorted({part.split(" ")[0] for r in members for part in
+                       r["reason"].split("unaligned matmul: ", 1)[-1].split(";")[0].split(", ") if "=" in part})
+        out.append({"kind": "pattern", "operator": f"unaligned matmuls ({', '.join(axes)})", "input_shapes": None,
+                    "dtypes": None, "phase": "forward+backward", "source": source,
+                    "calls_per_step": sum(r["calls_per_step"] for r in members),
+                    "kernels": f"{len(members)} matmul signatures", **{k: round(sum(r[k] for r in members), 2) for k in (
+                        "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us")},
+                    "reason": f"unaligned matmul shapes at {source} ({', '.join(axes)}; the cube wants multiples of "
+                              f"{int((cost_model().get('alignment') or {}).get('matmul', {}).get('multiple', 256))})",
+                    "fix": next((r["fix"] for r in members if r["fix"]), ""), "reason_kinds": ["pattern"]})
+    return out
 
 
 def _step(basis: dict, totals: Counter, figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
