@@ -11,7 +11,7 @@ stated with it.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict
 
 from opscope.analysis.npu_cost import (Kernel, cost_model, dtype_bytes, dtype_name, kernel_time_us, numel,
@@ -459,7 +459,7 @@ def build_basis(operators, steps, calls=None) -> dict:
                      "transdata_910a": [asdict(k) for k in inserted_910a],
                      "reasons": reasons})
     patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
-    by_source = {}
+    by_source: dict[str, list] = {}
     for p in patterns:
         for src in p["sources"]:
             by_source.setdefault(src, []).append(p)
@@ -485,14 +485,16 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     name, figures = resolve_chip(chip)
     family = figures.get("family", "")
     launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
-    rows, totals, by_type = [], Counter(), Counter()
+    rows: list[dict] = []
+    totals: dict[str, float] = defaultdict(float)
+    by_type: dict[str, float] = defaultdict(float)
     for row in basis.get("rows") or []:
         n = float(row.get("calls_per_step") or 0)
         kernels = _kernels(row.get("kernels") or [])
         inserted = _kernels(row.get("transdata") or [])
         if family == "910A":
             inserted += _kernels(row.get("transdata_910a") or [])
-        units = Counter()
+        units: dict[str, float] = defaultdict(float)
         for k in kernels:
             t = kernel_time_us(k, figures, factors) * n
             units[k.unit] += t
@@ -502,7 +504,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         host = float(row.get("launches_per_step") or 0) * launch_us
         if row.get("fallback"):
             host += float(row.get("cpu_time_us") or 0)
-            units = Counter()
+            units = defaultdict(float)
         device = sum(units.values()) + transdata
         for unit, t in units.items():
             totals[unit] += t
@@ -527,10 +529,11 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
                      "reason_kinds": [r["kind"] for r in reasons]})
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
-    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows))
+    fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
+    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows, fused_lines))
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
-    step["kernel_types_us"] = {k: round(v, 1) for k, v in by_type.most_common() if v > 0}
+    step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
     return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
             "calibration": dict(model.get("calibration") or {}), "basis": basis,
@@ -562,11 +565,12 @@ def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:
     return out
 
 
-def _alignment_rows(rows: list[dict]) -> list[dict]:
-    """One ranked row per source line with unaligned cube operators (forward and backward)."""
+def _alignment_rows(rows: list[dict], fused_lines: set) -> list[dict]:
+    """One ranked row per source line with unaligned cube operators (forward and backward); lines
+    inside a fusable pattern are left to that pattern's row (the fused kernel replaces them)."""
     lines: dict[str, list] = {}
     for r in rows:
-        if "alignment" in r["reason_kinds"] and r["source"]:
+        if "alignment" in r["reason_kinds"] and r["source"] and r["source"] not in fused_lines:
             lines.setdefault(r["source"], []).append(r)
     out = []
     for source, members in lines.items():
@@ -585,7 +589,7 @@ def _alignment_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _step(basis: dict, totals: Counter, figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
+def _step(basis: dict, totals: dict[str, float], figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
     model = cost_model()
     comm_cfg = model.get("communication") or {}
     cube = totals["cube"] + totals["fa"]
