@@ -44,6 +44,28 @@ def scan_alexnet(out: Path) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
+def cost_of_estimate(run: Path, result) -> tuple[float, float]:
+    """Seconds of the estimate alone and of the scan's whole analysis (which includes it), best of 3."""
+    import time
+    from types import SimpleNamespace
+
+    from opscope.analysis.npu_estimate import estimate
+    from opscope.analysis.scan_result import build_scan_result
+    from opscope.capture.store import load_capture
+    capture = load_capture(run)
+    outcome = SimpleNamespace(kind="finished", code=0, message="", where=None)
+    est, full = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        estimate(result.operators, result.steps, capture[0], "Ascend910B2")
+        est.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        build_scan_result(run, script=result.script, argv=result.argv, device="cpu", settings=result.settings,
+                          outcome=outcome, started_at="", duration_s=0.0, capture=load_capture(run))
+        full.append(time.perf_counter() - t0)
+    return min(est), min(full)
+
+
 def alexnet(shared: Path, run: Path | None) -> dict:
     from opscope.analysis.npu_estimate import price
     from opscope.parsers.ascend_kernels import read_kernel_details
@@ -64,12 +86,13 @@ def alexnet(shared: Path, run: Path | None) -> dict:
     parts = {"compute/memory": float(trace["Computing"]), "communication": float(trace["Communication(Not Overlapped)"]),
              "host": float(trace["Free"])}
     two = next(w for w in step["per_world_size"] if w["devices"] == 2)
+    estimate_s, analysis_s = cost_of_estimate(run, result)
     return {"predicted_computing_us": step["device_us"], "measured_computing_us": float(trace["Computing"]),
             "predicted_shares": family_shares(predicted), "measured_shares": family_shares(dict(measured)),
             "predicted_bound_2": two["bound"], "predicted_bound_1": step["per_world_size"][0]["bound"],
             "measured_bound": max(parts, key=parts.get), "measured_parts_us": parts,
             "predicted_step_2_us": two["step_us"], "measured_step_us": float(trace["Stage"]),
-            "transdata_kernels": step["transdata_kernels"],
+            "transdata_kernels": step["transdata_kernels"], "estimate_s": estimate_s, "analysis_s": analysis_s,
             "measured_transdata_kernels": sum(1 for r in read_kernel_details(shared / ALEXNET / "kernel_details.csv")
                                               if r.type == "TransData")}
 
@@ -113,6 +136,8 @@ def main() -> None:
     print(f"    TransData kernels per step: predicted {a['transdata_kernels']:.0f}, measured {a['measured_transdata_kernels']}")
     print(f"    bound: predicted {a['predicted_bound_2']} (2 devices; {a['predicted_bound_1']} on 1), measured "
           f"{a['measured_bound']} ({', '.join(f'{k} {v / 1000:.1f} ms' for k, v in a['measured_parts_us'].items())})")
+    print(f"    cost: the estimate {a['estimate_s'] * 1000:.0f} ms of the scan's {a['analysis_s'] * 1000:.0f} ms "
+          f"analysis ({a['estimate_s'] / a['analysis_s']:.1%})")
     print(f"    step on 2 devices: predicted {a['predicted_step_2_us'] / 1000:.1f} ms, measured "
           f"{a['measured_step_us'] / 1000:.1f} ms")
     print("(b) LLM kernel_details, each kernel predicted from type, shapes and dtypes (Ascend910B3)")

@@ -99,8 +99,9 @@ def print_terminal(result, console) -> None:
     if sec.rows:
         t = Table(title="Top operators by estimated NPU time per step (not CPU time)", header_style="bold",
                   title_justify="left")
-        for h in HEADERS:
-            t.add_column(h, overflow="fold", justify="right" if h in ("#", "est. NPU ms/step") else "left",
+        for h in HEADERS:   # names and file:line never split mid-word (an ellipsis instead)
+            t.add_column(h, overflow="ellipsis" if h in ("what (estimate)", "where") else "fold",
+                         justify="right" if h in ("#", "est. NPU ms/step") else "left",
                          max_width=48 if h in ("why it is slow", "fix") else None)
         for row in sec.rows:
             t.add_row(*(escape(str(v)) for v in row))
