@@ -12,7 +12,7 @@ stated with it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict
+from dataclasses import fields
 
 from opscope.analysis.npu_cost import (Kernel, cost_model, dtype_bytes, dtype_name, kernel_time_us, numel,
                                        resolve_chip, tensor_bytes)
@@ -24,8 +24,14 @@ def _base(name: str) -> str:
     return name.split("::", 1)[1] if "::" in name else name
 
 
+_TENSORS: dict[int, list] = {}   # id(op) -> _tensors(op), for the duration of one build_basis
+
+
 def _tensors(op) -> list[tuple[list, str]]:
     """(shape, torch dtype) of each tensor input with at least one dimension."""
+    cached = _TENSORS.get(id(op))
+    if cached is not None:
+        return cached
     out = []
     for i, shape in enumerate(op.input_shapes or []):
         dtype = op.dtypes[i] if i < len(op.dtypes or []) else ""
@@ -33,6 +39,12 @@ def _tensors(op) -> list[tuple[list, str]]:
                 and dtype not in ("Scalar", "ScalarList", "TensorList", "GenericList", ""):
             out.append((shape, dtype_name(dtype)))
     return out
+
+
+def _cache_tensors(operators) -> None:
+    _TENSORS.clear()
+    for op in operators:
+        _TENSORS[id(op)] = _tensors(op)
 
 
 def _float_dtype(op) -> str:
@@ -300,10 +312,12 @@ def _per_step(op, steady: set[int]) -> float:
 
 
 def _parents(operators) -> dict[str, str | None]:
-    votes: dict[str, Counter] = {}
+    """Each operator name's most common parent (the name chain nesting is judged by)."""
+    votes: dict[str, dict] = {}
     for op in operators:
-        votes.setdefault(op.name, Counter())[op.parent] += op.calls
-    return {name: c.most_common(1)[0][0] for name, c in votes.items()}
+        by_parent = votes.setdefault(op.name, {})
+        by_parent[op.parent] = by_parent.get(op.parent, 0) + op.calls
+    return {name: max(c, key=c.__getitem__) for name, c in votes.items()}
 
 
 def _nested_in_priced(op, parent_of: dict, priced: set) -> bool:
@@ -324,7 +338,8 @@ def _batch(operators, calls=None) -> dict:
         for shape, dtype in _tensors(op)[:1]:
             if len(shape) >= 2 and dtype.startswith(("float", "bfloat")):
                 dims[shape[0]] += op.calls
-                where.setdefault(shape[0], f"{op.name} input {list(shape)} at {op.source or '?'}")
+                if shape[0] not in where:
+                    where[shape[0]] = f"{op.name} input {list(shape)} at {op.source or '?'}"
     if not dims:
         return {"value": None, "evidence": "no forward input with a batch dimension was captured"}
     value = dims.most_common(1)[0][0]
@@ -362,21 +377,39 @@ def _gradient_bytes(operators, steady) -> dict:
     return {"bytes": total, "parameters": count, "evidence": "parameter shapes updated in the optimizer phase"}
 
 
+_KERNEL_FIELDS = [f.name for f in fields(Kernel) if f.name != "shapes"]
+
+
+def _kernel_dict(k: Kernel) -> dict:
+    return {name: getattr(k, name) for name in _KERNEL_FIELDS}
+
+
+def _key(name: str, shapes, dtypes) -> tuple:
+    """A signature key; ``str`` of the nested lists is the cheap exact spelling."""
+    return (name, str(shapes), str(dtypes))
+
+
 def _steady_counts(calls, steady: set[int]) -> dict[tuple, float]:
     """Median calls per steady step of each signature, from the captured call stream."""
     from statistics import median
-    from opscope.model import freeze
-    per: dict[tuple, Counter] = {}
+    per: dict[tuple, dict] = {}
     for c in calls or []:
         if c.step in steady:
-            key = (c.name, freeze(c.input_shapes), freeze(c.dtypes))
-            per.setdefault(key, Counter())[c.step] += max(int(getattr(c, "count", 1) or 1), 1)
+            counts = per.setdefault(_key(c.name, c.input_shapes, c.dtypes), {})
+            counts[c.step] = counts.get(c.step, 0) + max(int(getattr(c, "count", 1) or 1), 1)
     return {key: median(counts.get(s, 0) for s in steady) for key, counts in per.items()}
 
 
 def build_basis(operators, steps, calls=None) -> dict:
     """The chip-independent part of the estimate (stored in scan.json ``npu_estimate.basis``)."""
-    from opscope.model import freeze
+    _cache_tensors(operators)
+    try:
+        return _build_basis(operators, steps, calls)
+    finally:
+        _TENSORS.clear()
+
+
+def _build_basis(operators, steps, calls=None) -> dict:
     model = cost_model()
     aten = model.get("aten") or {}
     views = set(model.get("views") or [])
@@ -384,15 +417,17 @@ def build_basis(operators, steps, calls=None) -> dict:
     steady = _steady(steps)
     parent_of = _parents(operators)
     foreach_kernels = (model.get("optimizers") or {}).get("foreach_kernels") or {}
-    counts = _steady_counts(calls, steady) if calls else {}
+    candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
+                  and not op.import_time and _base(op.name) not in views
+                  and not _nested_in_priced(op, parent_of, priced)]
+    wanted = {op.name for op in candidates}
+    counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
     rows, foreach_launches = [], set()
-    for op in operators:
-        if op.verdict == "not-applicable" or op.phase == "other" or op.import_time:
-            continue
+    for op in candidates:
         name = _base(op.name)
-        per_step = counts.get((op.name, freeze(op.input_shapes), freeze(op.dtypes)), 0.0) if counts \
+        per_step = counts.get(_key(op.name, op.input_shapes, op.dtypes), 0.0) if counts \
             else _per_step(op, steady)
-        if not per_step or name in views or _nested_in_priced(op, parent_of, priced):
+        if not per_step:
             continue
         entry = aten.get(name)
         reasons: list[dict] = []
@@ -454,9 +489,9 @@ def build_basis(operators, steps, calls=None) -> dict:
                      "launches_per_step": per_step * launches,
                      "cpu_time_us": op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
                      "fallback": op.verdict == "cpu-fallback",
-                     "kernels": [asdict(k) for k in kernels],
-                     "transdata": [asdict(k) for k in inserted],
-                     "transdata_910a": [asdict(k) for k in inserted_910a],
+                     "kernels": [_kernel_dict(k) for k in kernels],
+                     "transdata": [_kernel_dict(k) for k in inserted],
+                     "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
                      "reasons": reasons})
     patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
     by_source: dict[str, list] = {}
