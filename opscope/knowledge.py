@@ -32,7 +32,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "npu_cost_model.yaml": {"version": int, "reference": dict, "dtype_bytes": dict, "dtype_aliases": dict,
                             "floors": dict, "aicpu": dict, "host": dict, "kernels": dict, "aten": dict,
                             "views": list, "transdata": dict, "aicpu_rules": dict, "alignment": dict, "fused_patterns": list,
-                            "optimizers": dict,
+                            "optimizers": dict, "families": dict,
                             "communication": dict, "calibration": dict},
     "runtime_remaps.yaml": {"rules": dict},
     "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,

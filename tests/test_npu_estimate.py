@@ -254,3 +254,28 @@ def test_load_gives_the_estimate_as_a_dataframe(slow_scan):
     assert frame.attrs["chip"] == "Ascend910B2" and frame.attrs["estimate"] is True
     assert list(frame["npu_time_us"]) == sorted(frame["npu_time_us"], reverse=True)
     assert frame.iloc[0]["operator"] == "aten::index_put_"
+
+
+@needs_shared
+def test_diff_compares_the_estimate_with_a_kernel_details_only_export(slow_scan, tmp_path):
+    """The shared LLM run has no trace_view.json/.db: diff reads its kernels and steps for the comparison."""
+    import json
+    out, _ = slow_scan
+    llm_root = Path(LLM.format(0)).parents[1]
+    proc = run_opscope("diff", out, llm_root, "-o", tmp_path / "d", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cmp = json.loads((tmp_path / "d" / "estimate_vs_npu.json").read_text())
+    assert cmp["chip"] == "Ascend910B3"   # 20 cube cores in the profile's Block Dim
+    with_kernels = [Path(LLM.format(r)) for r in (0, 2)]
+    expected = []
+    for folder in with_kernels:
+        raw = _raw(folder / "kernel_details.csv")
+        steps = {r["Step Id"] for r in raw}
+        expected.append(sum(float(r["Duration(us)"]) for r in raw if r["Type"].startswith("MatMul")) / len(steps))
+    matmul = next(r for r in cmp["families"] if r["family"] == "matmul")
+    assert matmul["measured_us"] == pytest.approx(sum(expected) / len(expected), abs=0.1)
+    computing = [float(_raw(Path(LLM.format(r)) / "step_trace_time.csv")[0]["Computing"]) for r in range(4)]
+    row = next(r for r in cmp["steps"] if r["item"] == "computing")
+    assert row["measured_us"] == pytest.approx(sum(computing) / 4, abs=0.1)
+    assert row["ratio"] == pytest.approx(row["estimated_us"] / row["measured_us"], abs=0.01)
+    assert cmp["devices"] == 4 and len(cmp["ranks"]) == 4

@@ -533,7 +533,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         for k in kernels:
             t = kernel_time_us(k, figures, factors) * n
             units[k.unit] += t
-            by_type[k.type] += t
+            by_type[k.type + (" (AI CPU)" if k.unit == "aicpu" else "")] += t
         transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
         by_type["TransData"] += transdata
         host = float(row.get("launches_per_step") or 0) * launch_us

@@ -107,3 +107,33 @@ def print_terminal(result, console) -> None:
             t.add_row(*(escape(str(v)) for v in row))
         console.print(t)
     console.print(f"[dim]estimates; calibration: {escape('; '.join(sec.calibration))}[/]")
+
+
+def print_comparison(cmp: dict, console) -> None:
+    """`opscope diff RUN NPU_PROFILE`: estimated vs measured per kernel family and per step."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    def ms(us):
+        return "-" if us is None else f"{us / 1000:.2f}"
+
+    def ratio(r):
+        return "-" if r is None else f"{r:.2f}x"
+
+    t = Table(title=f"NPU estimate ({escape(str(cmp.get('chip')))}, {cmp.get('devices')} device(s)) vs the measured "
+                    "profile, per kernel family (ms per step)", header_style="bold", title_justify="left")
+    for h in ("kernel family", "estimated", "measured", "estimated / measured"):
+        t.add_column(h, justify="left" if h == "kernel family" else "right")
+    for row in cmp["families"]:
+        t.add_row(escape(row["family"]), ms(row["estimated_us"]), ms(row["measured_us"]), ratio(row["ratio"]))
+    console.print(t)
+    t = Table(title="Per step (ms)", header_style="bold", title_justify="left")
+    for h in ("", "estimated", "measured", "estimated / measured"):
+        t.add_column(h, justify="left" if not h else "right")
+    for row in cmp["steps"]:
+        t.add_row(escape(row["item"]), ms(row["estimated_us"]), ms(row["measured_us"]), ratio(row["ratio"]))
+    console.print(t)
+    bound = cmp.get("bound") or {}
+    console.print(f"bound: estimated {bound.get('estimated')}, measured {bound.get('measured') or '-'}"
+                  + (f"; slowest rank: {escape(str(cmp['slowest_rank']))}" if cmp.get("slowest_rank") and
+                     len(cmp.get("ranks") or []) > 1 else ""))
