@@ -279,3 +279,29 @@ def test_diff_compares_the_estimate_with_a_kernel_details_only_export(slow_scan,
     assert row["measured_us"] == pytest.approx(sum(computing) / 4, abs=0.1)
     assert row["ratio"] == pytest.approx(row["estimated_us"] / row["measured_us"], abs=0.01)
     assert cmp["devices"] == 4 and len(cmp["ranks"]) == 4
+
+
+@needs_shared
+def test_calibrate_fits_unit_factors_that_later_reports_use(slow_scan, tmp_path):
+    import json
+
+    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, resolve_chip
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    out, _ = slow_scan
+    profile = Path(LLM.format(0))
+    proc = run_opscope("calibrate", profile, "-o", tmp_path / "cal.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    entry = json.loads((tmp_path / "cal.json").read_text())["chips"]["Ascend910B3"]
+    _, chip = resolve_chip("910B3")
+    raw = _raw(profile / "kernel_details.csv")
+    cube = [(kernel_time_us(kernel_from_row(row), chip), float(real["Duration(us)"]))
+            for row, real in zip(read_kernel_details(profile / "kernel_details.csv"), raw)
+            if real["Accelerator Core"] == "AI_CORE"]
+    factor = entry["units"]["cube"]["factor"]
+    assert sum(p for p, _ in cube) * factor == pytest.approx(sum(m for _, m in cube), rel=1e-3)
+    # ./opscope-calibration.json is found without --calibration; the factors are per chip
+    (tmp_path / "cal.json").rename(tmp_path / "opscope-calibration.json")
+    proc = run_opscope("report", out, "--chip", "910B3", "--format", "md", "-o", tmp_path / "r", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "scaled by your own profiles" in md and f"cube x{factor:.2f}" in md

@@ -200,3 +200,74 @@ def unaligned_inner_axes(shapes) -> bool:
 
 def log2_ratio(predicted: float, measured: float) -> float:
     return math.log2(max(predicted, 1e-9) / max(measured, 1e-9))
+
+
+CALIBRATION_FILE = "opscope-calibration.json"
+
+
+def fit_calibration(kernel_csvs, chip_name: str | None) -> dict:
+    """Per kernel unit, the factor (time-weighted: measured / estimated kernel time) that fits the
+    model to real kernels, with the median |log2 ratio| before and after."""
+    import statistics
+
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    name, chip = resolve_chip(chip_name)
+    pairs: dict[str, list] = {}
+    for path in kernel_csvs:
+        for row in read_kernel_details(path):
+            kernel = kernel_from_row(row)
+            if kernel.unit == "comm" or row.duration_us <= 0:
+                continue
+            pairs.setdefault(kernel.unit, []).append((kernel_time_us(kernel, chip), row.duration_us))
+    units = {}
+    for unit, items in pairs.items():
+        factor = sum(m for _, m in items) / max(sum(p for p, _ in items), 1e-9)
+        units[unit] = {"factor": round(factor, 4), "kernels": len(items),
+                       "median_abs_log2_before": round(statistics.median(abs(log2_ratio(p, m)) for p, m in items), 3),
+                       "median_abs_log2_after": round(statistics.median(abs(log2_ratio(p * factor, m))
+                                                                        for p, m in items), 3)}
+    return {"chip": name, "units": units, "profiles": [str(p) for p in kernel_csvs]}
+
+
+def merge_calibration(path, fitted: dict):
+    """Write ``fitted`` into the calibration file at ``path`` (other chips' entries kept)."""
+    import json
+    from pathlib import Path
+
+    from opscope.atomic import write_atomic
+    path = Path(path)
+    data = load_calibration(path) or {"version": 1, "chips": {}}
+    data.setdefault("chips", {})[fitted["chip"]] = fitted
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def load_calibration(path) -> dict | None:
+    """A calibration file (``opscope calibrate``), or None when absent; a broken one is an InputError."""
+    import json
+    from pathlib import Path
+
+    from opscope.errors import InputError
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"is not a calibration file ({exc})", fix="re-run `opscope calibrate` or delete it") \
+            from None
+    if not isinstance(data, dict) or not isinstance(data.get("chips"), dict):
+        raise InputError(path, "is not a calibration file (no 'chips')", fix="re-run `opscope calibrate` or delete it")
+    return data
+
+
+def calibration_factors(path, chip_name: str | None) -> tuple[dict | None, str | None]:
+    """(unit -> factor, the file) for a chip from a calibration file; (None, None) without one."""
+    data = load_calibration(path) if path else None
+    if not data:
+        return None, None
+    name, _ = resolve_chip(chip_name)
+    entry = (data.get("chips") or {}).get(name)
+    if not entry:
+        return None, None
+    return {unit: float(v.get("factor", 1.0)) for unit, v in (entry.get("units") or {}).items()}, str(path)

@@ -514,7 +514,7 @@ def _kernels(items) -> list[Kernel]:
 
 
 def price(basis: dict, chip: str | None = None, factors: dict | None = None,
-          world_sizes: list[int] | None = None) -> dict:
+          world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> dict:
     """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
     model = cost_model()
     name, figures = resolve_chip(chip)
@@ -569,9 +569,13 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
     step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
+    calibration = dict(model.get("calibration") or {})
+    if factors:
+        calibration["local"] = (f"scaled by your own profiles ({calibrated_with or 'opscope calibrate'}): "
+                                + ", ".join(f"{unit} x{f:.2f}" for unit, f in sorted(factors.items())))
     return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
-            "calibration": dict(model.get("calibration") or {}), "basis": basis,
+            "calibration": calibration, "factors": factors or None, "basis": basis,
             "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
 
 
@@ -679,9 +683,10 @@ def allreduce_us(grad_bytes: float, world: int, figures: dict) -> float:
     return 2 * (world - 1) / world * grad_bytes / (gbps * 1e9) * 1e6 + latency
 
 
-def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None) -> dict:
+def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None,
+             calibrated_with: str | None = None) -> dict:
     """``price(build_basis(...))``: the whole NPU estimate of a scan."""
-    return price(build_basis(operators, steps, calls), chip, factors)
+    return price(build_basis(operators, steps, calls), chip, factors, calibrated_with=calibrated_with)
 
 
 def bound_sentence(est: dict, devices: int = 1) -> str:

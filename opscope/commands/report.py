@@ -18,6 +18,9 @@ def register(subparsers) -> None:
     add_out(parser, help="write the reports here instead of next to scan.json", old=("--output-dir",))
     parser.add_argument("--chip", default=None,
                         help="re-price the NPU time estimate for this Ascend chip (910B1..910B4, 910A)")
+    parser.add_argument("--calibration", default=None, metavar="FILE",
+                        help="re-price with factors from `opscope calibrate` (default: ./opscope-calibration.json "
+                             "when present)")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the paths written")
     parser.set_defaults(func=run)
 
@@ -27,9 +30,14 @@ def run(args) -> int:
     from opscope.report.json_out import read_scan_json
     from opscope.report.render import write_reports
     result = read_scan_json(Path(args.run_dir))
-    if args.chip and result.npu_estimate and result.npu_estimate.get("basis"):
+    from opscope.commands.scan import _calibration_file
+    calibration = _calibration_file(args.calibration)
+    if (args.chip or calibration) and result.npu_estimate and result.npu_estimate.get("basis"):
+        from opscope.analysis.npu_cost import calibration_factors
         from opscope.analysis.npu_estimate import price
-        result.npu_estimate = price(result.npu_estimate["basis"], args.chip)
+        chip = args.chip or result.npu_estimate.get("chip")
+        factors, source = calibration_factors(calibration, chip)
+        result.npu_estimate = price(result.npu_estimate["basis"], chip, factors, calibrated_with=source)
     elif args.chip:
         from opscope.analysis.npu_cost import resolve_chip
         resolve_chip(args.chip)   # an unknown chip is a one-line error even without an estimate
