@@ -278,7 +278,8 @@ def match_fused_patterns(calls, patterns: list[dict], views: set) -> list[dict]:
             key = (pattern["api"], sources[0] if sources else None)
             entry = found.setdefault(key, {"api": pattern["api"], "ops": names[i:end], "sources": sorted(set(sources)),
                                            "source": sources[0] if sources else None, "count": 0,
-                                           "fix": pattern.get("fix", ""), "launches": end - i})
+                                           "fix": pattern.get("fix", ""), "launches": end - i,
+                                           "min_cann": pattern.get("min_cann")})
             entry["count"] += max(int(getattr(stream[i], "count", 1) or 1), 1)
             i = end
     return list(found.values())
@@ -599,7 +600,8 @@ def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:
                     "transdata_us": round(sum(r["transdata_us"] for r in members), 2),
                     "host_us": round(sum(r["host_us"] for r in members), 2),
                     "reason": f"unfused pattern {'-'.join(p['ops'])} at {', '.join(p['sources'])}: "
-                              f"{p['api']} does it in one kernel",
+                              f"{p['api']} does it in one kernel"
+                              + (f" (CANN {p['min_cann']} or newer)" if p.get("min_cann") else ""),
                     "fix": p.get("fix", ""), "reason_kinds": ["pattern"]})
     return out
 

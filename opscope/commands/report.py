@@ -38,9 +38,11 @@ def run(args) -> int:
         chip = args.chip or result.npu_estimate.get("chip")
         factors, source = calibration_factors(calibration, chip)
         result.npu_estimate = price(result.npu_estimate["basis"], chip, factors, calibrated_with=source)
-    elif args.chip:
-        from opscope.analysis.npu_cost import resolve_chip
-        resolve_chip(args.chip)   # an unknown chip is a one-line error even without an estimate
+    elif result.operators and not result.npu_estimate:   # a scan.json from before the estimate existed
+        from opscope.analysis.npu_cost import calibration_factors
+        from opscope.analysis.npu_estimate import estimate
+        factors, source = calibration_factors(calibration, args.chip)
+        result.npu_estimate = estimate(result.operators, result.steps, None, args.chip, factors, source)
     run_dir = Path(args.run_dir)
     out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
     ensure_out_dir(out_dir, "--out" if args.out else "the run folder")
