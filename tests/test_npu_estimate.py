@@ -305,3 +305,25 @@ def test_calibrate_fits_unit_factors_that_later_reports_use(slow_scan, tmp_path)
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "r" / "report.md").read_text()
     assert "scaled by your own profiles" in md and f"cube x{factor:.2f}" in md
+
+
+def test_report_estimates_a_scan_json_written_before_the_estimate_existed(slow_scan, tmp_path):
+    import json
+    out, _ = slow_scan
+    data = json.loads((out / "scan.json").read_text())
+    data.pop("npu_estimate")
+    (tmp_path / "scan.json").write_text(json.dumps(data))
+    proc = run_opscope("report", tmp_path, "--format", "md", "-q")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report.md").read_text()
+    assert "## What will be slow on Ascend910B2 (estimate)" in md and "aten::index_put_" in md
+
+
+@pytest.mark.parametrize("dtype, slow", [("double", True), ("float", False), ("c10::BFloat16", False)])
+def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
+    from opscope.analysis.npu_estimate import estimate
+    op = Operator(name="aten::mm", input_shapes=[[1024, 1024], [1024, 1024]], dtypes=[dtype, dtype], phase="forward",
+                  calls=1, steps=[2], source="train.py:3", verdict="native")
+    row = estimate([op], [Step(index=1), Step(index=2)])["rows"][0]
+    assert ("AI CPU" in row["reason"]) is slow
+    assert (row["aicpu_us"] > 0) is slow and (row["cube_us"] > 0) is not slow
