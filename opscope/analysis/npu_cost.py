@@ -91,7 +91,7 @@ def kernel_params(kernel_type: str) -> dict:
     """The cost model's entry for a kernel type (``default_vector`` when it has none)."""
     model = cost_model()
     table = model.get("kernels") or {}
-    return table.get(kernel_type) or table.get("default_" + ("vector")) or {}
+    return table.get(kernel_type) or table.get("default_vector") or {}
 
 
 def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> float:

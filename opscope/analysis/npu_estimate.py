@@ -212,11 +212,28 @@ def _transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
         if not isinstance(shape, list) or len(shape) < 2:
             continue
         c0 = c0_cube if spec.get("c0") == "cube" else int(spec.get("c0", 16))
-        channels = shape[1] if spec["to"] in ("NC1HWC0", "NCHW") else shape[1]
+        channels = shape[1]   # NCHW: the channel axis is padded to C0 in the private formats
         padded = numel(shape) // max(channels, 1) * (-(-channels // c0) * c0)
         out.append(Kernel("TransData", "vector", 0.0, (numel(shape) + padded) * size, dtype, inserted=True,
                           note=f"{'x'.join(map(str, shape))} -> {spec['to']}"))
     return out
+
+
+def _nz_transdata(op, rule: dict | None) -> list[Kernel]:
+    """ND <-> FRACTAL_NZ around a matmul (chips whose cube reads NZ only: the rule's families); each
+    converted tensor is read and written once."""
+    dims = matmul_dims(op) if rule and _base(op.name) in MATMULS else None
+    if dims is None:
+        return []
+    batch, m, k, n = dims
+    size = dtype_bytes(_float_dtype(op))
+    moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
+    return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
+                   note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
+            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]))]
+
+
+MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
 
 
 # --- rules that explain why a signature is slow ---
@@ -237,7 +254,7 @@ def _aicpu_reason(op, rules: dict) -> str | None:
 
 def _alignment_reason(op, rules: dict) -> str | None:
     name = _base(op.name)
-    if name in ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm"):
+    if name in MATMULS:
         dims = matmul_dims(op)
         rule = rules.get("matmul") or {}
         if dims and rule:
@@ -436,8 +453,7 @@ def _build_basis(operators, steps, calls=None) -> dict:
         if entry:
             kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
         else:
-            kernels = [Kernel(f"{name} (generic)", "vector", 0.0, 0.0, _float_dtype(op))]
-            kernels = _model_elementwise(op, [kernels[0].type])
+            kernels = _model_elementwise(op, [f"{name} (generic)"])
             reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
                             "fix": ""})
         tensors = _tensors(op)
@@ -469,13 +485,7 @@ def _build_basis(operators, steps, calls=None) -> dict:
         if rule_name:
             rule = (model.get("transdata") or {}).get(rule_name) or {}
             inserted = _transdata(op, rule, kernels)
-        if _base(op.name) in ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm"):
-            rule = (model.get("transdata") or {}).get("matmul_nz") or {}
-            nz = [Kernel("TransData", "vector", 0.0, t.bytes, t.dtype, inserted=True, note="ND <-> FRACTAL_NZ")
-                  for t in _model_elementwise(op, ["x"] * 3)]
-            inserted_910a = nz if rule else []
-        else:
-            inserted_910a = []
+        inserted_910a = _nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
         if op.verdict == "cpu-fallback":
             reasons.append({"kind": "cpu-fallback", "text": "runs on the host CPU on the NPU (cpu-fallback): its CPU "
                             "time plus two host<->device copies", "fix": (op.substitute or {}).get("replacement", "")
