@@ -327,3 +327,12 @@ def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
     row = estimate([op], [Step(index=1), Step(index=2)])["rows"][0]
     assert ("AI CPU" in row["reason"]) is slow
     assert (row["aicpu_us"] > 0) is slow and (row["cube_us"] > 0) is not slow
+
+
+def test_per_parameter_sgd_ops_become_one_optimizer_row_naming_the_fused_optimizer():
+    from opscope.analysis.npu_estimate import build_basis, price
+    rows = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)]))["rows"]
+    optimizer = [r for r in rows if r["operator"].startswith("optimizer step")]
+    assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in optimizer[0]["fix"]
+    members = [r for r in rows if r["phase"] == "optimizer" and r["kind"] == "operator"]
+    assert optimizer[0]["npu_time_us"] == pytest.approx(sum(r["npu_time_us"] for r in members), abs=0.1)

@@ -576,7 +576,8 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
     fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
-    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows, fused_lines))
+    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows, fused_lines)
+                + _optimizer_rows(rows, foreach))
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
     step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
@@ -614,6 +615,27 @@ def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:
                               + (f" (CANN {p['min_cann']} or newer)" if p.get("min_cann") else ""),
                     "fix": p.get("fix", ""), "reason_kinds": ["pattern"]})
     return out
+
+
+def _optimizer_rows(rows: list[dict], foreach: list) -> list[dict]:
+    """The optimizer's per-parameter element-wise ops as one row, with torch_npu's fused optimizer as the fix."""
+    members = [r for r in rows if r["phase"] == "optimizer" and r["kernels"].startswith("Foreach")]
+    if len(members) < 2:
+        return []
+    fused = (cost_model().get("optimizers") or {}).get("fused") or {}
+    names = {r["operator"].split("::")[-1].split(".")[0] for r in members}
+    guess = "AdamW" if names & {"addcdiv_", "lerp_"} else "SGD" if names & {"mul_", "add_"} else None
+    api = fused.get(guess or "", "torch_npu.optim.NpuFused<your optimizer>")
+    return [{"kind": "pattern", "operator": f"optimizer step ({len(members)} per-parameter op signatures)",
+             "input_shapes": None, "dtypes": None, "phase": "optimizer", "source": members[0]["source"],
+             "calls_per_step": round(sum(r["calls_per_step"] for r in members), 2),
+             "kernels": ", ".join(foreach) or "Foreach*",
+             **{k: round(sum(r[k] for r in members), 2) for k in (
+                 "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us")},
+             "reason": f"the optimizer updates each parameter with separate element-wise ops; torch runs them as "
+                       f"{len(foreach)} foreach kernel(s) per step on the NPU, a fused optimizer in fewer passes",
+             "fix": f"use {api}" + (f" (looks like {guess} from its ops)" if guess else ""),
+             "reason_kinds": ["pattern"]}]
 
 
 def _alignment_rows(rows: list[dict], fused_lines: set) -> list[dict]:
