@@ -440,6 +440,7 @@ def _build_basis(operators, steps, calls=None) -> dict:
                   and not _nested_in_priced(op, parent_of, priced)]
     wanted = {op.name for op in candidates}
     counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
+    dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
     rows, foreach_launches = [], set()
     for op in candidates:
         name = _base(op.name)
@@ -491,9 +492,9 @@ def _build_basis(operators, steps, calls=None) -> dict:
                             "time plus two host<->device copies", "fix": (op.substitute or {}).get("replacement", "")
                             if isinstance(op.substitute, dict) else ""})
         if op.dynamic:
-            shapes = sum(1 for o in operators if o.name == op.name and o.dynamic)
+            shapes = dynamic_shapes.get((op.name, op.source), 1)
             reasons.append({"kind": "dynamic", "text": f"dynamic shape: compiled again for each new shape "
-                            f"({shapes} shape(s) of {op.name} seen in the scan)",
+                            f"({shapes} shape(s) of {op.name} at {op.source or '?'} seen in the scan)",
                             "fix": "make the shape fixed (pad, drop_last=True); see the dynamic-shape fixes"})
         rows.append({"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
                      "dtypes": op.dtypes, "phase": op.phase, "source": op.source, "calls_per_step": per_step,

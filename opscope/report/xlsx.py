@@ -125,6 +125,14 @@ def _add_verification(wb, summary_ws, verification: dict) -> None:
             ws.cell(row=ws.max_row, column=1).fill = PatternFill("solid", start_color=colour, end_color=colour)
 
 
+def _number(value):
+    """'1,234.5' -> 1234.5 (numbers stay numbers in the workbook); other text unchanged."""
+    try:
+        return float(str(value).replace(",", "")) if not isinstance(value, (int, float)) else value
+    except ValueError:
+        return value
+
+
 def _add_npu_estimate(wb, result: ScanResult) -> None:
     """Sheet "NPU estimate": the bound, FPS per device count, then every operator by estimated NPU time."""
     from openpyxl.styles import Font
@@ -136,7 +144,7 @@ def _add_npu_estimate(wb, result: ScanResult) -> None:
     ws = _sheet(wb, "NPU estimate", [sec.title], [])
     ws.auto_filter.ref = None
     lines: list[list] = [[s] for s in sec.sentences] + [["calibration: " + "; ".join(sec.calibration)], []]
-    lines += [list(FPS_HEADERS)] + [list(r) for r in sec.fps] + [[]]
+    lines += [list(FPS_HEADERS)] + [[_number(v) for v in r] for r in sec.fps] + [[]]
     header_rows = {len(lines) - len(sec.fps) - 1 + 1, len(lines) + 2}
     lines += [list(HEADERS)] + [[r[0], r[1], r[2], float(r[3]), *r[4:]] for r in sec.rows]
     for r, row in enumerate(lines, start=2):
