@@ -142,7 +142,6 @@ def _add_npu_estimate(wb, result: ScanResult) -> None:
     if sec is None:
         return
     ws = _sheet(wb, "NPU estimate", [sec.title], [])
-    ws.auto_filter.ref = None
     lines: list[list] = [[s] for s in sec.sentences] + [["calibration: " + "; ".join(sec.calibration)], []]
     lines += [list(FPS_HEADERS)] + [[_number(v) for v in r] for r in sec.fps] + [[]]
     header_rows = {len(lines) - len(sec.fps) - 1 + 1, len(lines) + 2}
