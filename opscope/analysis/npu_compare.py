@@ -114,9 +114,10 @@ def compare(estimate: dict, path, devices: int | None = None) -> dict:
         repriced = price(estimate["basis"], estimate.get("chip"), world_sizes=[world])
         per_world[world] = repriced["step"]["per_world_size"][0]
     w = per_world[world]
-    estimated_steps = {"computing": step.get("device_us"), "communication (not overlapped)":
-                       w.get("exposed_communication_us"), "free (host/idle)": max(0.0, w["step_us"] - step.get(
-                           "device_us", 0.0) - w.get("exposed_communication_us", 0.0)), "step": w["step_us"]}
+    computing = w.get("device_us", step.get("device_us", 0.0))
+    estimated_steps = {"computing": computing, "communication (not overlapped)": w.get("exposed_communication_us"),
+                       "free (host/idle)": max(0.0, w["step_us"] - computing - w.get("exposed_communication_us", 0.0)),
+                       "step": w["step_us"]}
     stepped = [r for r in ranks if r["steps"]]
     step_rows: list[dict] = []
     for key in STEP_COLUMNS:

@@ -677,22 +677,27 @@ def _step(basis: dict, totals: dict[str, float], figures: dict, rows: list, worl
     per_world = []
     params = float((basis.get("gradients") or {}).get("parameters") or 0)
     launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
+    ddp_kernels = [Kernel(k, "vector", 0.0, 2.0 * grad * float(passes)) for k, passes in
+                   (comm_cfg.get("ddp_gradient_passes") or {}).items()]
+    ddp_vector = sum(kernel_time_us(k, figures) for k in ddp_kernels) if grad else 0.0
     for world in world_sizes or comm_cfg.get("world_sizes") or [1, 8, 16]:
         comm, link, host = allreduce_us(grad, world, figures), "-", totals["host"]
+        ddp = ddp_vector if world > 1 else 0.0
         if world > 1:
             link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
             host += params * float(comm_cfg.get("ddp_launches_per_parameter", 2)) * launch_us
         exposed = max(0.0, comm - float(comm_cfg.get("overlap", 0.8)) * backward)
-        device_side = device + exposed
+        device_side = device + ddp + exposed
         step_us = max(host, device_side)
-        parts = {"host": host, "compute": cube, "memory": vector + transdata, "aicpu": aicpu,
+        parts = {"host": host, "compute": cube, "memory": vector + transdata + ddp, "aicpu": aicpu,
                  "communication": exposed}
         if host >= device_side:
             bound = "host"
         else:
             bound = max(("compute", "memory", "aicpu", "communication"), key=lambda k: parts[k])
         per_world.append({"devices": world, "communication_us": round(comm, 1), "exposed_communication_us":
-                          round(exposed, 1), "link": link, "host_us": round(host, 1), "step_us": round(step_us, 1),
+                          round(exposed, 1), "link": link, "host_us": round(host, 1), "ddp_vector_us": round(ddp, 1),
+                          "device_us": round(device + ddp, 1), "step_us": round(step_us, 1),
                           "bound": bound,
                           "fps": round(batch * world / (step_us / 1e6), 1) if batch and step_us else None})
     return {"device_us": round(device, 1), "compute_us": round(cube, 1), "vector_us": round(vector, 1),
