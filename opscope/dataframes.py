@@ -32,7 +32,8 @@ class Run:
     ``operators`` (one row per operator signature), ``findings`` (CUDA-only APIs),
     ``dynamic_shapes`` (operators whose shapes changed), ``root_causes`` (the lines that
     make them change), ``steps`` (one row per captured step), ``fixes`` (the ranked
-    "what to change" list of the reports) and ``verification`` (after `opscope verify`).
+    "what to change" list of the reports), ``npu_estimate`` (operators by estimated NPU time on the
+    scan's chip) and ``verification`` (after `opscope verify`).
     ``result`` is the underlying ``ScanResult``; ``summary`` and ``score`` its summary.
     """
 
