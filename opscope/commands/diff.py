@@ -89,8 +89,14 @@ def _estimate_vs_profile(args, out: Path):
     from opscope.report.json_out import read_scan_json
     result = read_scan_json(scan_json)
     chip = args.chip or chip_for(b)
-    est = result.npu_estimate
-    est = price(est["basis"], chip) if est and est.get("basis") else estimate(result.operators, result.steps, None, chip)
+    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    try:
+        est = price(est["basis"], chip) if est and est.get("basis") else estimate(result.operators, result.steps,
+                                                                                   None, chip)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        from opscope.errors import InputError
+        raise InputError(scan_json, f"npu_estimate cannot be priced ({type(exc).__name__})",
+                         fix="re-run `opscope scan` to store a fresh estimate") from None
     comparison = compare(est, b, devices=args.devices)
     from opscope.atomic import write_atomic
     path = out / "estimate_vs_npu.json"

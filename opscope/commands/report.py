@@ -25,24 +25,39 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _npu_estimate(result, args) -> None:
+    """Re-price the stored NPU estimate for --chip / a calibration file, or estimate a scan.json written
+    before the estimate existed.  A stored basis that cannot be priced is a one-line error (exit 2)."""
+    from opscope.analysis.npu_cost import calibration_factors, resolve_chip
+    from opscope.analysis.npu_estimate import estimate, price
+    from opscope.commands.scan import _calibration_file
+    from opscope.errors import InputError
+    calibration = _calibration_file(args.calibration)
+    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    if args.chip:
+        resolve_chip(args.chip)   # an unknown chip is a one-line error, estimate or not
+    if (args.chip or calibration) and est and est.get("basis"):
+        chip = args.chip or est.get("chip")
+        factors, source = calibration_factors(calibration, chip if isinstance(chip, str) else None)
+        try:
+            result.npu_estimate = price(est["basis"], chip, factors, calibrated_with=source)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            raise InputError(Path(args.run_dir), f"npu_estimate.basis cannot be priced ({type(exc).__name__})",
+                             fix="re-run `opscope scan` to store a fresh estimate") from None
+    elif result.operators and not est:   # a scan.json from before the estimate existed
+        factors, source = calibration_factors(calibration, args.chip)
+        try:
+            result.npu_estimate = estimate(result.operators, result.steps, None, args.chip, factors, source)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError):
+            result.notes.append("NPU time estimate not computed: the operators in scan.json could not be priced")
+
+
 def run(args) -> int:
     from opscope.atomic import ensure_out_dir
     from opscope.report.json_out import read_scan_json
     from opscope.report.render import write_reports
     result = read_scan_json(Path(args.run_dir))
-    from opscope.commands.scan import _calibration_file
-    calibration = _calibration_file(args.calibration)
-    if (args.chip or calibration) and result.npu_estimate and result.npu_estimate.get("basis"):
-        from opscope.analysis.npu_cost import calibration_factors
-        from opscope.analysis.npu_estimate import price
-        chip = args.chip or result.npu_estimate.get("chip")
-        factors, source = calibration_factors(calibration, chip)
-        result.npu_estimate = price(result.npu_estimate["basis"], chip, factors, calibrated_with=source)
-    elif result.operators and not result.npu_estimate:   # a scan.json from before the estimate existed
-        from opscope.analysis.npu_cost import calibration_factors
-        from opscope.analysis.npu_estimate import estimate
-        factors, source = calibration_factors(calibration, args.chip)
-        result.npu_estimate = estimate(result.operators, result.steps, None, args.chip, factors, source)
+    _npu_estimate(result, args)
     run_dir = Path(args.run_dir)
     out_dir = Path(args.out) if args.out else (run_dir if run_dir.is_dir() else run_dir.parent)
     ensure_out_dir(out_dir, "--out" if args.out else "the run folder")

@@ -27,9 +27,21 @@ def _ms(us) -> str:
 
 
 def build(result, top: int | None = TOP) -> Section | None:
-    """The section's content, or None when the scan has no estimate (an older scan.json)."""
-    from opscope.analysis.npu_estimate import bound_sentence
+    """The section's content, or None when the scan has no estimate (an older scan.json); a stored
+    estimate that cannot be read gives a section saying so, never a failed report."""
     est = getattr(result, "npu_estimate", None) or {}
+    if not isinstance(est, dict):
+        est = {"rows": [], "step": {"broken": True}}
+    try:
+        return _build(est, top)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        return Section(title="What will be slow on the NPU (estimate)",
+                       sentences=[f"The NPU estimate stored in scan.json could not be read ({type(exc).__name__}); "
+                                  "run `opscope scan` again to store a fresh one."])
+
+
+def _build(est: dict, top: int | None) -> Section | None:
+    from opscope.analysis.npu_estimate import bound_sentence
     if not est.get("rows") and not est.get("step"):
         return None
     step = est.get("step") or {}
