@@ -32,7 +32,8 @@ class Run:
     ``operators`` (one row per operator signature), ``findings`` (CUDA-only APIs),
     ``dynamic_shapes`` (operators whose shapes changed), ``root_causes`` (the lines that
     make them change), ``steps`` (one row per captured step), ``fixes`` (the ranked
-    "what to change" list of the reports) and ``verification`` (after `opscope verify`).
+    "what to change" list of the reports), ``npu_estimate`` (operators by estimated NPU time on the
+    scan's chip) and ``verification`` (after `opscope verify`).
     ``result`` is the underlying ``ScanResult``; ``summary`` and ``score`` its summary.
     """
 
@@ -115,6 +116,16 @@ class Run:
                  "change": f.fix, "why": f.detail, "operators": ", ".join(f.ops)}
                 for f in view.top_fixes(self.result, limit=None)]
         return _frame(rows, columns)
+
+    @cached_property
+    def npu_estimate(self):
+        """Operators ranked by *estimated* NPU time on the scan's chip (``attrs``: chip, step figures)."""
+        columns = ["kind", "operator", "input_shapes", "dtypes", "phase", "source", "calls_per_step", "kernels",
+                   "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us", "reason", "fix"]
+        est = self.result.npu_estimate or {}
+        frame = _frame([{k: r.get(k) for k in columns} for r in est.get("rows") or []], columns)
+        frame.attrs.update({"chip": est.get("chip"), "step": est.get("step"), "estimate": True})
+        return frame
 
     @cached_property
     def verification(self):

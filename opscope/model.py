@@ -245,6 +245,7 @@ class ScanResult(_Record):
     traces: list[str] = field(default_factory=list)
     verification: dict | None = None
     notes: list[str] = field(default_factory=list)
+    npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}

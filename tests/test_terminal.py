@@ -22,14 +22,16 @@ def test_piped_summary_answers_first_without_splitting_names(huber_scan):
     assert max(len(line) for line in lines) > 80  # a pipe is not an 80-column terminal
     fixes_at = next(i for i, line in enumerate(lines) if "What to change" in line)
     verdict_at = next(i for i, line in enumerate(lines) if line.startswith("On torch_npu"))
-    assert verdict_at < fixes_at < next(i for i, line in enumerate(lines) if "Top operators" in line)
+    npu_at = next(i for i, line in enumerate(lines) if "by estimated NPU time" in line)
+    cpu_at = next(i for i, line in enumerate(lines) if "on this machine" in line)
+    assert verdict_at < fixes_at < npu_at < cpu_at   # the first screen's top operators are the NPU estimate
     fix_rows = [line for line in lines[fixes_at:] if line.startswith("│")]
     first = next(line for line in fix_rows if line.split("│")[1].strip() == "1")
     assert "aten::huber_loss" in first and "train_huber.py:29" in first and "smooth_l1_loss" in first
     # one row per blocking operator, however many signatures it has
     assert sum("aten::huber_loss_backward" in line for line in lines) == 1
     assert any("'cuda'" in line and "train_huber.py:17" in line for line in fix_rows)
-    top = lines[next(i for i, line in enumerate(lines) if "Top operators" in line):]
+    top = lines[cpu_at:]
     top = top[:next(i for i, line in enumerate(top) if line.startswith("└"))]
     rows = [line for line in top if line.startswith("│")]
     assert rows and not any("not-applicable" in line for line in rows)

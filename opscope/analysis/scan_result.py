@@ -86,8 +86,20 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
+    _add_npu_estimate(result, calls, settings.get("chip"), settings.get("calibration"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: str | None = None) -> None:
+    """What will be slow on the NPU (an estimate); a failure is a note, never a failed scan."""
+    from opscope.analysis.npu_cost import calibration_factors
+    from opscope.analysis.npu_estimate import estimate
+    try:
+        factors, source = calibration_factors(calibration, chip)
+        result.npu_estimate = estimate(result.operators, result.steps, calls, chip, factors, source)
+    except Exception as exc:   # noqa: BLE001  # an estimate must not cost the user the scan
+        result.notes.append(f"NPU time estimate not computed: {type(exc).__name__}: {exc}")
 
 
 def unrecorded_notes(steps) -> list[str]:

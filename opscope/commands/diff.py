@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     parser.add_argument("--label-b", type=non_empty, default=None, help="name of run B in the reports (default: its device)")
     add_out(parser, default="opscope-diff", help="folder for diff.html/xlsx/json (default %(default)s)")
     add_format_option(parser, "diff", default="html,xlsx,json")
+    parser.add_argument("--chip", default=None,
+                        help="when A is an opscope scan and B an Ascend profile: the chip to price A's NPU estimate "
+                             "for (default: the chip whose AI core count B's kernels show)")
     parser.add_argument("--top", type=int, default=15, help="rows per terminal table (default %(default)s)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no terminal tables")
     parser.set_defaults(func=run)
@@ -71,6 +74,41 @@ def _batch_sizes(text):
     return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
 
 
+def _estimate_vs_profile(args, out: Path):
+    """A = an opscope scan, B = an Ascend profile: estimated vs measured NPU time per kernel family and
+    per step (written to estimate_vs_npu.json); None when the inputs are not that pair."""
+    import json
+
+    from opscope.parsers.ascend_kernels import find_kernel_csvs
+    a, b = Path(args.a), Path(args.b)
+    scan_json = a / "scan.json" if a.is_dir() else a
+    if scan_json.name != "scan.json" or not scan_json.is_file() or not b.exists() or not find_kernel_csvs(b):
+        return None
+    from opscope.analysis.npu_compare import chip_for, compare
+    from opscope.analysis.npu_estimate import estimate, price
+    from opscope.report.json_out import read_scan_json
+    result = read_scan_json(scan_json)
+    chip = args.chip or chip_for(b)
+    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    try:
+        est = price(est["basis"], chip) if est and est.get("basis") else estimate(result.operators, result.steps,
+                                                                                   None, chip)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        from opscope.errors import InputError
+        raise InputError(scan_json, f"npu_estimate cannot be priced ({type(exc).__name__})",
+                         fix="re-run `opscope scan` to store a fresh estimate") from None
+    comparison = compare(est, b, devices=args.devices)
+    from opscope.atomic import write_atomic
+    path = out / "estimate_vs_npu.json"
+    write_atomic(path, json.dumps(comparison, indent=1))
+    if not args.quiet:
+        from opscope.report.npu_section import print_comparison
+        from opscope.report.terminal import make_console
+        print_comparison(comparison, make_console())
+    print(path)
+    return comparison
+
+
 def run(args) -> int:
     from opscope.analysis.diff import diff_profiles
     from opscope.parsers import load_profiles
@@ -84,7 +122,16 @@ def run(args) -> int:
     from opscope.atomic import ensure_out_dir
     out = ensure_out_dir(Path(args.out), "--out")   # before the (long) loading
     log_a, log_b = _read_log(args.log_a), _read_log(args.log_b)
-    ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
+    estimate = _estimate_vs_profile(args, out)
+    try:
+        ranks_a, ranks_b = load_profiles(args.a), load_profiles(args.b)
+    except UserError:
+        if estimate is None:
+            raise
+        # B holds kernels and steps only (no trace_view.json / .db): the estimate comparison is the diff
+        print(f"opscope: {args.b} has no operator trace (kernel_details/step_trace only): compared with the "
+              "estimate, no operator diff")
+        return 0
     label_a = args.label_a or ranks_a[0].device
     label_b = args.label_b or ranks_b[0].device
     if label_a == label_b and not (args.label_a or args.label_b):

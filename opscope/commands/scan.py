@@ -39,6 +39,10 @@ def register(sub) -> None:
     p.add_argument("--ranks", default="0",
                    help="ranks to capture: 0 (default; into --out), all, or a list such as 0,1 (rank N into OUT/rankN)")
     p.add_argument("--target", type=non_empty, default=None, help="torch_npu version to judge against, e.g. 2.8.0 (default newest)")
+    p.add_argument("--chip", type=non_empty, default=None,
+                   help="Ascend chip to estimate NPU time for: 910B1..910B4, 910A (default Ascend910B2)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="factors from `opscope calibrate` (default: ./opscope-calibration.json when present)")
     p.add_argument("--fail-under", type=finite_float, default=None, help="exit 5 if the readiness score is below this")
     add_format_option(p, "scan", default="html,xlsx", allow_empty=True)
     p.add_argument("--static-only", action="store_true", help="only scan source files for CUDA APIs; run nothing")
@@ -107,10 +111,14 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out)
     from opscope.analysis.verdicts import resolve_target
     resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
+    from opscope.analysis.npu_cost import resolve_chip
+    chip = resolve_chip(args.chip)[0]  # and on an unknown chip
+    calibration = _calibration_file(args.calibration)
     from opscope.capture import distributed as dist_launch
     plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
-                "timeout": args.timeout, "target": args.target, "requested_device": args.device}
+                "timeout": args.timeout, "target": args.target, "requested_device": args.device,
+                "chip": chip, "calibration": calibration}
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
@@ -293,3 +301,14 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         print_findings(findings, console)
         console.print(f"{len(findings)} finding(s) in {elapsed:.2f}s; wrote {out / 'findings.json'}")
     return 0
+
+
+def _calibration_file(given: str | None) -> str | None:
+    """The `opscope calibrate` file the estimate uses: --calibration, else ./opscope-calibration.json."""
+    from opscope.analysis.npu_cost import CALIBRATION_FILE, load_calibration
+    path = Path(given) if given else Path.cwd() / CALIBRATION_FILE
+    if given and not path.is_file():
+        raise UserError(f"--calibration {given}: no such file; run `opscope calibrate NPU_PROFILE -o {given}` first")
+    if load_calibration(path) is None:   # checks the file: a broken one is a one-line error (exit 2)
+        return None
+    return str(path.resolve())

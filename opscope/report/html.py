@@ -125,6 +125,16 @@ def _verification_context(verification: dict | None) -> dict | None:
             "metadata": view.verification_metadata(verification), "rows": rows, "e2e": e2e}
 
 
+def _npu_context(result: ScanResult) -> dict | None:
+    """The "What will be slow on <chip>" section (an estimate); None for a scan without one."""
+    from opscope.report.npu_section import FPS_HEADERS, HEADERS, build
+    sec = build(result, top=25)
+    if sec is None:
+        return None
+    return {"title": sec.title, "sentences": sec.sentences, "calibration": "; ".join(sec.calibration),
+            "fps_headers": FPS_HEADERS, "fps": sec.fps, "headers": HEADERS, "rows": sec.rows, "more": sec.more}
+
+
 def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
     from opscope.report import charts as chart_module
@@ -177,6 +187,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                     "became": f.remapped_to, "count": int(f.count or 1)}
                    for f in result.findings if getattr(f, "remapped_to", None)],
         "verification": _verification_context(result.verification),
+        "npu": _npu_context(result),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

@@ -54,6 +54,8 @@ def render_markdown(result: ScanResult) -> str:
                        for i, f in enumerate(fixes, start=1)])
     else:
         out.append("Nothing to fix.")
+    from opscope.report.npu_section import markdown_lines
+    out += markdown_lines(result, _cell, _table)
 
     blocking = view.not_supported_rows(view.operator_rows(result))
     out += ["", f"## Operators that need work ({len(blocking)})", ""]

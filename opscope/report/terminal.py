@@ -77,7 +77,8 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
     ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
     if not ops:
         return None
-    t = Table(title="Top operators by steady-state time per step (not-applicable set-up work left out)",
+    t = Table(title="Top operators by steady-state CPU time per step on this machine (not-applicable set-up work "
+                    "left out)",
               header_style="bold", title_justify="left")
     _name_column(t, "operator")
     t.add_column("input shapes")
@@ -142,6 +143,8 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
     else:
         console.print("Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found.")
+    from opscope.report.npu_section import print_terminal
+    print_terminal(result, console)
     if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]

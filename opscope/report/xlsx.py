@@ -125,6 +125,36 @@ def _add_verification(wb, summary_ws, verification: dict) -> None:
             ws.cell(row=ws.max_row, column=1).fill = PatternFill("solid", start_color=colour, end_color=colour)
 
 
+def _number(value):
+    """'1,234.5' -> 1234.5 (numbers stay numbers in the workbook); other text unchanged."""
+    try:
+        return float(str(value).replace(",", "")) if not isinstance(value, (int, float)) else value
+    except ValueError:
+        return value
+
+
+def _add_npu_estimate(wb, result: ScanResult) -> None:
+    """Sheet "NPU estimate": the bound, FPS per device count, then every operator by estimated NPU time."""
+    from openpyxl.styles import Font
+
+    from opscope.report.npu_section import FPS_HEADERS, HEADERS, build
+    sec = build(result, top=None)
+    if sec is None:
+        return
+    ws = _sheet(wb, "NPU estimate", [sec.title], [])
+    lines: list[list] = [[s] for s in sec.sentences] + [["calibration: " + "; ".join(sec.calibration)], []]
+    lines += [list(FPS_HEADERS)] + [[_number(v) for v in r] for r in sec.fps] + [[]]
+    header_rows = {len(lines) - len(sec.fps) - 1 + 1, len(lines) + 2}
+    lines += [list(HEADERS)] + [[r[0], r[1], r[2], float(r[3]), *r[4:]] for r in sec.rows]
+    for r, row in enumerate(lines, start=2):
+        for c, value in enumerate(row, start=1):
+            set_cell(ws.cell(row=r, column=c), value)
+            if r in header_rows:
+                ws.cell(row=r, column=c).font = Font(bold=True)
+    for column, width in (("A", 12), ("B", MAX_WIDTH), ("C", 30), ("D", 16), ("E", 40), ("F", MAX_WIDTH), ("G", MAX_WIDTH)):
+        ws.column_dimensions[column].width = width
+
+
 def build_workbook(result: ScanResult):
     """The workbook in memory (tests re-read it; write_xlsx saves it)."""
     from openpyxl import Workbook
@@ -135,6 +165,7 @@ def build_workbook(result: ScanResult):
                       verdict_col=2, fills={"error": "FFCDD2", "warning": "FFE0B2", "info": "BBDEFB"})
     for column in ("D", "G"):
         fixes_ws.column_dimensions[column].width = MAX_WIDTH
+    _add_npu_estimate(wb, result)
     rows = view.operator_rows(result)
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)

@@ -1,0 +1,273 @@
+"""The time of one NPU kernel from its type, shapes and dtypes: a calibrated roofline.
+
+One function prices every kernel, whether it comes from a CPU scan (an ATen operator
+turned into the kernels it becomes on the NPU) or from a real profile's
+``kernel_details.csv`` (to check and calibrate the model), so the two can be compared.
+The figures (chip peaks, per-kernel achieved fraction, floors) are data:
+``support_matrix/npu_chips.yaml`` and ``npu_cost_model.yaml``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from opscope import knowledge
+
+
+@dataclass
+class Kernel:
+    """One NPU kernel launch (``count`` identical ones): what it computes and moves."""
+    type: str
+    unit: str = "vector"        # cube | fa | vector | aicpu | dma | comm
+    flops: float = 0.0
+    bytes: float = 0.0
+    dtype: str = "float32"      # the compute dtype (cube peak per dtype)
+    count: float = 1.0
+    inserted: bool = False      # TransData/Cast the NPU adds, not the script
+    written: float = 0.0        # of ``bytes``, those written (cube kernels write faster than they stream in)
+    note: str = ""
+    shapes: list = field(default_factory=list)
+
+
+def cost_model() -> dict:
+    return knowledge.load("npu_cost_model.yaml")
+
+
+def chips() -> dict:
+    return knowledge.load("npu_chips.yaml")
+
+
+def chip_names() -> list[str]:
+    return list((chips().get("chips") or {}).keys())
+
+
+def resolve_chip(name: str | None) -> tuple[str, dict]:
+    """(canonical name, figures) of a chip; ``910b3``/``Ascend910B3`` both work; unknown -> UserError."""
+    table = chips().get("chips") or {}
+    wanted = name or chips().get("default") or next(iter(table))
+    for key, figures in table.items():
+        if key.lower() in (wanted.lower(), "ascend" + wanted.lower()):
+            return key, figures
+    from opscope.errors import UserError
+    raise UserError(f"unknown chip {name!r}; known: {', '.join(table)}")
+
+
+@lru_cache(maxsize=256)
+def dtype_name(raw: str) -> str:
+    """A profiler/torch dtype spelling (``FLOAT``, ``DT_BF16``, ``c10::Half``, ``long int``) -> torch name."""
+    aliases = cost_model().get("dtype_aliases") or {}
+    key = (raw or "").strip()
+    return aliases.get(key, aliases.get(key.lower(), key.lower()))
+
+
+def dtype_bytes(raw: str) -> int:
+    return int((cost_model().get("dtype_bytes") or {}).get(dtype_name(raw), 4))
+
+
+def numel(shape) -> int:
+    if not isinstance(shape, (list, tuple)):
+        return 1
+    n = 1
+    for d in shape:
+        n *= int(d) if isinstance(d, (int, float)) else 1
+    return n
+
+
+def tensor_bytes(shapes, dtypes) -> float:
+    """Bytes of tensors (shapes and their dtypes side by side); non-tensors count 0."""
+    total = 0.0
+    for i, shape in enumerate(shapes or []):
+        if not isinstance(shape, (list, tuple)) or (shape and not isinstance(shape[0], (int, float))):
+            continue
+        dtype = dtypes[i] if i < len(dtypes or []) else "float32"
+        if not isinstance(dtype, str) or not dtype:
+            continue
+        total += numel(shape) * dtype_bytes(dtype)
+    return total
+
+
+def kernel_params(kernel_type: str) -> dict:
+    """The cost model's entry for a kernel type (``default_vector`` when it has none)."""
+    model = cost_model()
+    table = model.get("kernels") or {}
+    return table.get(kernel_type) or table.get("default_vector") or {}
+
+
+def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> float:
+    """Predicted device time of ``kernel.count`` launches of one kernel, in microseconds.
+
+    cube/fa: floor + max(FLOPs / (peak[dtype] x efficiency), bytes / HBM);  vector: floor +
+    bytes / (achieved bandwidth of that kernel type, scaled to this chip's HBM);  AI CPU:
+    its own floor and a far lower bandwidth.  ``factors`` (from ``opscope calibrate``)
+    scale each unit's result.
+    """
+    model = cost_model()
+    params = kernel_params(kernel.type)
+    unit = kernel.unit or params.get("unit", "vector")
+    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
+    hbm = float(chip.get("hbm_gbps") or ref_hbm)
+    floor = float(params.get("floor_us", (model.get("floors") or {}).get(unit, 2.0)))
+    if unit in ("cube", "fa"):
+        peaks = chip.get("cube_tflops") or {}
+        dtype = dtype_name(kernel.dtype)
+        peak = float(peaks.get({"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp16"), 0)
+                     or peaks.get("fp16") or 100.0)
+        eff_table = params.get("efficiency", 0.6)
+        if isinstance(eff_table, dict):
+            key = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp16")
+            eff_table = eff_table.get(key, eff_table.get("default", 0.6))
+        eff = float(eff_table)
+        compute = kernel.flops / (peak * 1e12 * eff) * 1e6 if kernel.flops else 0.0
+        read = max(kernel.bytes - kernel.written, 0.0)
+        memory = (read / (hbm * 1e9 * float(params.get("memory_efficiency", 0.6)))
+                  + kernel.written / (hbm * 1e9 * float(params.get("write_efficiency", 1.0)))) * 1e6
+        one = floor + max(compute, memory)
+    elif unit == "aicpu":
+        aicpu = model.get("aicpu") or {}
+        one = float(aicpu.get("floor_us", 30)) + kernel.bytes / (float(aicpu.get("gbps", 1.0)) * 1e9) * 1e6
+    else:
+        gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
+        one = floor + kernel.bytes / (gbps * hbm / ref_hbm * 1e9) * 1e6
+    if factors:
+        one *= float(factors.get(unit, 1.0))
+    return one * kernel.count
+
+
+def unit_of(kernel_type: str, core: str = "") -> str:
+    """cube / fa / vector / aicpu / comm for a profile kernel (its type's entry, else its core)."""
+    params = (cost_model().get("kernels") or {}).get(kernel_type)
+    if params and params.get("unit"):
+        return params["unit"]
+    core = core.upper()
+    if core == "AI_CPU":
+        return "aicpu"
+    if core in ("HCCL", "COMMUNICATION") or kernel_type.startswith("hcom_"):
+        return "comm"
+    if core == "AI_CORE":
+        return "cube"
+    return "vector"
+
+
+def row_flops(kind: str, ins: list, outs: list) -> float:
+    """FLOPs of a profile kernel from its shapes (NC1HWC0 / FRACTAL_Z for convolutions)."""
+    try:
+        if kind == "matmul":       # a [.., M, K] (or transposed), b -> out [.., M, N]
+            out = outs[0]
+            rows = numel(out[:-1]) if len(out) > 1 else 1
+            return 2.0 * numel(out) * (numel(ins[0]) / max(rows, 1))
+        if kind == "conv":          # x(5HD), w(FZ) -> y(5HD)
+            w = ins[1]
+            return 2.0 * numel(outs[0]) * w[0] * w[-1]
+        if kind == "conv_bwd_input":   # sizes, w(FZ), dy(5HD)
+            w = ins[1]
+            return 2.0 * numel(ins[2]) * w[0] * w[-1]
+        if kind == "conv_bwd_filter":  # x(5HD), sizes, dy(5HD) -> dw(FZ)
+            w = outs[0]
+            return 2.0 * numel(ins[2]) * w[0] * w[-1]
+        if kind in ("attention", "attention_grad"):
+            q, k = ins[0], ins[1]
+            s_kv = k[0] if len(k) == 3 and k[0] >= k[1] else (k[1] if len(k) == 3 else k[-2])
+            mask_at = 6 if kind == "attention" else 4   # atten_mask's position in the kernel's inputs
+            mask = len(ins) > mask_at and bool(ins[mask_at])
+            flops = 4.0 * numel(q) * s_kv * (0.5 if mask else 1.0)
+            return flops * (2.5 if kind == "attention_grad" else 1.0)
+    except (IndexError, TypeError, ZeroDivisionError):
+        return 0.0
+    return 0.0
+
+
+def kernel_from_row(row) -> Kernel:
+    """A Kernel (flops, bytes, dtype) from a ``KernelRow`` of kernel_details.csv."""
+    params = (cost_model().get("kernels") or {}).get(row.type) or {}
+    unit = unit_of(row.type, row.core)
+    kind = params.get("flops", "")
+    flops = row_flops(kind, row.input_shapes, row.output_shapes) if kind else 0.0
+    if kind == "matmul" and unaligned_inner_axes(row.input_shapes):
+        flops *= float((cost_model().get("alignment") or {}).get("matmul", {}).get("slowdown", 1.0))
+    moved = tensor_bytes(row.input_shapes, row.input_dtypes) + tensor_bytes(row.output_shapes, row.output_dtypes)
+    dtype = next((d for d in row.input_dtypes if dtype_name(d).startswith(("float", "bfloat"))), "float32")
+    return Kernel(type=row.type, unit=unit, flops=flops, bytes=moved, dtype=dtype_name(dtype),
+                  shapes=row.input_shapes, written=tensor_bytes(row.output_shapes, row.output_dtypes))
+
+
+def unaligned_inner_axes(shapes) -> bool:
+    """The advisor's cube affinity check on ND operands: both inner (last) axes % 256 == 0."""
+    multiple = int((cost_model().get("alignment") or {}).get("matmul", {}).get("multiple", 256))
+    two_d = [s for s in shapes[:2] if isinstance(s, list) and len(s) == 2]
+    return len(two_d) == 2 and any(s[-1] % multiple for s in two_d)
+
+
+def log2_ratio(predicted: float, measured: float) -> float:
+    return math.log2(max(predicted, 1e-9) / max(measured, 1e-9))
+
+
+CALIBRATION_FILE = "opscope-calibration.json"
+
+
+def fit_calibration(kernel_csvs, chip_name: str | None) -> dict:
+    """Per kernel unit, the factor (time-weighted: measured / estimated kernel time) that fits the
+    model to real kernels, with the median |log2 ratio| before and after."""
+    import statistics
+
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    name, chip = resolve_chip(chip_name)
+    pairs: dict[str, list] = {}
+    for path in kernel_csvs:
+        for row in read_kernel_details(path):
+            kernel = kernel_from_row(row)
+            if kernel.unit == "comm" or row.duration_us <= 0:
+                continue
+            pairs.setdefault(kernel.unit, []).append((kernel_time_us(kernel, chip), row.duration_us))
+    units = {}
+    for unit, items in pairs.items():
+        factor = sum(m for _, m in items) / max(sum(p for p, _ in items), 1e-9)
+        units[unit] = {"factor": round(factor, 4), "kernels": len(items),
+                       "median_abs_log2_before": round(statistics.median(abs(log2_ratio(p, m)) for p, m in items), 3),
+                       "median_abs_log2_after": round(statistics.median(abs(log2_ratio(p * factor, m))
+                                                                        for p, m in items), 3)}
+    return {"chip": name, "units": units, "profiles": [str(p) for p in kernel_csvs]}
+
+
+def merge_calibration(path, fitted: dict):
+    """Write ``fitted`` into the calibration file at ``path`` (other chips' entries kept)."""
+    import json
+    from pathlib import Path
+
+    from opscope.atomic import write_atomic
+    path = Path(path)
+    data = load_calibration(path) or {"version": 1, "chips": {}}
+    data.setdefault("chips", {})[fitted["chip"]] = fitted
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def load_calibration(path) -> dict | None:
+    """A calibration file (``opscope calibrate``), or None when absent; a broken one is an InputError."""
+    import json
+    from pathlib import Path
+
+    from opscope.errors import InputError
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"is not a calibration file ({exc})", fix="re-run `opscope calibrate` or delete it") \
+            from None
+    if not isinstance(data, dict) or not isinstance(data.get("chips"), dict):
+        raise InputError(path, "is not a calibration file (no 'chips')", fix="re-run `opscope calibrate` or delete it")
+    return data
+
+
+def calibration_factors(path, chip_name: str | None) -> tuple[dict | None, str | None]:
+    """(unit -> factor, the file) for a chip from a calibration file; (None, None) without one."""
+    data = load_calibration(path) if path else None
+    if not data:
+        return None, None
+    name, _ = resolve_chip(chip_name)
+    entry = (data.get("chips") or {}).get(name)
+    if not entry:
+        return None, None
+    return {unit: float(v.get("factor", 1.0)) for unit, v in (entry.get("units") or {}).items()}, str(path)

@@ -1,0 +1,748 @@
+"""What will be slow on the NPU: a per-signature and per-step estimate from a CPU scan.
+
+Two stages, both pure.  ``build_basis`` turns the captured operators into the NPU kernels
+they become (with FLOPs and bytes, TransData the NPU inserts, AI CPU fall-backs,
+unaligned cube shapes, fusable op sequences, dynamic shapes) - chip-independent, stored in
+scan.json.  ``price`` puts a chip's figures on that basis: device time per signature,
+host launch time, DDP communication for 1/8/16 devices, the bound, step time and FPS.
+``opscope report --chip`` re-prices a stored basis without re-running the script.
+Every figure is an estimate: the calibration error (bench/npu_estimate_accuracy.py) is
+stated with it.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import fields
+
+from opscope.analysis.npu_cost import (Kernel, cost_model, dtype_bytes, dtype_name, kernel_time_us, numel,
+                                       resolve_chip, tensor_bytes)
+
+BASIS_VERSION = 1
+
+
+def _base(name: str) -> str:
+    return name.split("::", 1)[1] if "::" in name else name
+
+
+_TENSORS: dict[int, list] = {}   # id(op) -> _tensors(op), for the duration of one build_basis
+
+
+def _tensors(op) -> list[tuple[list, str]]:
+    """(shape, torch dtype) of each tensor input with at least one dimension."""
+    cached = _TENSORS.get(id(op))
+    if cached is not None:
+        return cached
+    out = []
+    for i, shape in enumerate(op.input_shapes or []):
+        dtype = op.dtypes[i] if i < len(op.dtypes or []) else ""
+        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) and dtype \
+                and dtype not in ("Scalar", "ScalarList", "TensorList", "GenericList", ""):
+            out.append((shape, dtype_name(dtype)))
+    return out
+
+
+def _cache_tensors(operators) -> None:
+    _TENSORS.clear()
+    for op in operators:
+        _TENSORS[id(op)] = _tensors(op)
+
+
+def _float_dtype(op) -> str:
+    return next((d for _, d in _tensors(op) if d.startswith(("float", "bfloat"))), "float32")
+
+
+# --- ATen operator -> kernels: one function per `model` named in npu_cost_model.yaml ---
+
+def _conv_out(op) -> list | None:
+    x, w = op.input_shapes[0], op.input_shapes[1]
+    sc = op.scalars or []
+    stride, padding, dilation = (sc[3] if len(sc) > 3 else [1, 1]), (sc[4] if len(sc) > 4 else [0, 0]), \
+        (sc[5] if len(sc) > 5 else [1, 1])
+    try:
+        spatial = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1
+                   for i in range(len(x) - 2)]
+    except (IndexError, TypeError):
+        return None
+    return [x[0], w[0], *spatial]
+
+
+def _model_conv(op, names) -> list[Kernel]:
+    x, w = op.input_shapes[0], op.input_shapes[1]
+    out = _conv_out(op) or x
+    k = numel(w[1:])
+    dtype = _float_dtype(op)
+    size = dtype_bytes(dtype)
+    moved = (numel(x) + numel(w) + numel(out)) * size
+    return [Kernel(names[0], "cube", 2.0 * numel(out) * k, moved, dtype, shapes=[x, w, out])]
+
+
+def _model_conv_backward(op, names) -> list[Kernel]:
+    dy, x, w = op.input_shapes[0], op.input_shapes[1], op.input_shapes[2]
+    mask = next((s for s in reversed(op.scalars or []) if isinstance(s, list) and s and isinstance(s[0], bool)),
+                [True, True, True])
+    dtype = _float_dtype(op)
+    size = dtype_bytes(dtype)
+    flops = 2.0 * numel(dy) * numel(w[1:])
+    kernels = []
+    if mask[0]:
+        kernels.append(Kernel(names[0], "cube", flops, (numel(dy) + numel(w) + numel(x)) * size, dtype))
+    if len(mask) > 1 and mask[1]:
+        kernels.append(Kernel(names[1], "cube", flops, (numel(dy) + numel(w) + numel(x)) * size, dtype))
+    if len(mask) > 2 and mask[2]:
+        kernels.append(Kernel(names[2], "vector", 0.0, (numel(dy) + w[0]) * size, dtype))
+    return kernels
+
+
+def matmul_dims(op) -> tuple[int, int, int, int] | None:
+    """(batch, M, K, N) of a matmul-family operator from its input shapes."""
+    name = _base(op.name)
+    shapes = [s for s, _ in _tensors(op)]
+    try:
+        if name in ("addmm", "baddbmm"):
+            shapes = shapes[1:] if len(shapes) >= 3 else shapes
+        a, b = shapes[0], shapes[1]
+        if name == "linear":
+            return numel(a[:-1]), 1, a[-1], b[0]
+        if len(b) == 1:
+            return 1, numel(a[:-1]), a[-1], 1
+        batch = numel(a[:-2]) if len(a) > 2 else 1
+        return batch, a[-2] if len(a) > 1 else 1, a[-1], b[-1]
+    except (IndexError, TypeError):
+        return None
+
+
+def _model_matmul(op, names) -> list[Kernel]:
+    dims = matmul_dims(op)
+    if dims is None:
+        return _model_elementwise(op, names)
+    batch, m, k, n = dims
+    dtype = _float_dtype(op)
+    size = dtype_bytes(dtype)
+    moved = tensor_bytes(*zip(*_tensors(op))) if _tensors(op) else 0.0
+    moved += batch * m * n * size
+    return [Kernel(names[0], "cube", 2.0 * batch * m * k * n, moved, dtype, written=batch * m * n * size)]
+
+
+def _model_attention(op, names) -> list[Kernel]:
+    tensors = _tensors(op)
+    if len(tensors) < 2:
+        return _model_elementwise(op, names)
+    q, k = tensors[0][0], tensors[1][0]
+    causal = any(s is True for s in (op.scalars or [])[3:6])
+    flops = 4.0 * numel(q) * (k[-2] if len(k) >= 2 else 1) * (0.5 if causal else 1.0)
+    if names[0].endswith("Grad"):
+        flops *= 2.5
+    return [Kernel(names[0], "fa", flops, tensor_bytes(*zip(*tensors)) * 2, tensors[0][1])]
+
+
+def _model_pool(op, names) -> list[Kernel]:
+    x = op.input_shapes[0]
+    sc = op.scalars or []
+    kernel, stride = (sc[1] if len(sc) > 1 else [2, 2]), (sc[2] if len(sc) > 2 and sc[2] else None)
+    stride = stride or kernel
+    try:
+        out = [x[0], x[1], *[(x[2 + i] - kernel[i]) // stride[i] + 1 for i in range(2)]]
+    except (IndexError, TypeError):
+        out = x
+    dtype = _float_dtype(op)
+    # y and the argmax mask (one bit per window element, stored as uint16) are written
+    moved = numel(x) * dtype_bytes(dtype) + numel(out) * dtype_bytes(dtype) * 2
+    return [Kernel(names[0], "vector", 0.0, moved, dtype)]
+
+
+def _model_pool_backward(op, names) -> list[Kernel]:
+    dy, x = op.input_shapes[0], op.input_shapes[1]
+    dtype = _float_dtype(op)
+    moved = (numel(dy) * 2 + numel(x) * 2) * dtype_bytes(dtype)
+    return [Kernel(names[0], "vector", 0.0, moved, dtype)]
+
+
+def _model_elementwise(op, names) -> list[Kernel]:
+    tensors = _tensors(op)
+    moved = tensor_bytes(*zip(*tensors)) if tensors else 0.0
+    if tensors:   # the output: the biggest input's size
+        shape, dtype = max(tensors, key=lambda t: numel(t[0]))
+        moved += numel(shape) * dtype_bytes(dtype)
+    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
+
+
+def _model_reduce(op, names) -> list[Kernel]:
+    tensors = _tensors(op)
+    moved = tensor_bytes(*zip(*tensors)) if tensors else 0.0
+    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
+
+
+def _model_foreach(op, names) -> list[Kernel]:
+    lists = [s for s in (op.input_shapes or []) if isinstance(s, list) and s and isinstance(s[0], list)]
+    per_list = sum(numel(s) for s in lists[0]) * 4 if lists else 0
+    return [Kernel(n, "vector", 0.0, per_list * (len(lists) + 1), _float_dtype(op)) for n in names]
+
+
+MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
+          "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
+          "elementwise": _model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach}
+
+
+def _transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
+    """The TransData kernels the NPU wraps around ``op`` (bytes: base read + padded write)."""
+    shapes = op.input_shapes or []
+    dtype = _float_dtype(op)
+    size = dtype_bytes(dtype)
+    c0_cube = 8 if size == 4 else 16
+    input_grad = any(k.type.endswith("BackpropInput") for k in kernels) or _base(op.name).endswith("pool2d_with_indices_backward")
+    out = []
+    for spec in rule.get("tensors") or []:
+        if spec.get("when") == "input_grad" and not input_grad:
+            continue
+        which = spec["tensor"]
+        if which.startswith("input") and which[5:].isdigit():
+            idx = int(which[5:])
+            shape = shapes[idx] if idx < len(shapes) else None
+        elif which == "output":
+            shape = _conv_out(op) if _base(op.name) in ("convolution", "_convolution") else None
+            if shape is None and kernels and _base(op.name).startswith("max_pool2d"):
+                x = shapes[0]
+                shape = [x[0], x[1], max(1, x[2] // 2), max(1, x[3] // 2)] if len(x) == 4 else x
+        elif which == "weight_grad":
+            shape = shapes[2] if len(shapes) > 2 else None
+        elif which == "input_grad":
+            shape = shapes[1] if len(shapes) > 1 else None
+        else:
+            shape = None
+        if not isinstance(shape, list) or len(shape) < 2:
+            continue
+        c0 = c0_cube if spec.get("c0") == "cube" else int(spec.get("c0", 16))
+        channels = shape[1]   # NCHW: the channel axis is padded to C0 in the private formats
+        padded = numel(shape) // max(channels, 1) * (-(-channels // c0) * c0)
+        out.append(Kernel("TransData", "vector", 0.0, (numel(shape) + padded) * size, dtype, inserted=True,
+                          note=f"{'x'.join(map(str, shape))} -> {spec['to']}"))
+    return out
+
+
+def _nz_transdata(op, rule: dict | None) -> list[Kernel]:
+    """ND <-> FRACTAL_NZ around a matmul (chips whose cube reads NZ only: the rule's families); each
+    converted tensor is read and written once."""
+    dims = matmul_dims(op) if rule and _base(op.name) in MATMULS else None
+    if dims is None:
+        return []
+    batch, m, k, n = dims
+    size = dtype_bytes(_float_dtype(op))
+    moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
+    return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
+                   note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
+            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]))]
+
+
+MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
+
+
+# --- rules that explain why a signature is slow ---
+
+def _aicpu_reason(op, rules: dict) -> str | None:
+    name = _base(op.name)
+    special = (rules.get("ops") or {}).get(name)
+    odd = sorted({d for _, d in _tensors(op) if not d.startswith(("float", "bfloat"))})
+    if special:
+        return f"{special.get('why', 'runs on AI CPU')}" + (f" (inputs {', '.join(odd)})" if odd else "")
+    table = (rules.get("aicore_dtypes") or {}).get(str(rules.get("cann")), {})
+    allowed = (table.get("ops") or {}).get(name) or table.get("default") or []
+    bad = sorted({d for _, d in _tensors(op) if d not in allowed})
+    if bad and allowed:
+        return f"dtype {', '.join(bad)} is not an AI Core dtype of {name} (CANN {rules.get('cann')}): runs on AI CPU"
+    return None
+
+
+def _alignment_reason(op, rules: dict) -> str | None:
+    name = _base(op.name)
+    if name in MATMULS:
+        dims = matmul_dims(op)
+        rule = rules.get("matmul") or {}
+        if dims and rule:
+            batch, m, k, n = dims
+            bad = [f"{axis}={v}" for axis, v in (("K", k), ("N", n)) if v % int(rule["multiple"])]
+            if bad and batch * m * k * n >= 1 << 20:
+                return f"unaligned matmul: {', '.join(bad)} not a multiple of {rule['multiple']}"
+    if "attention" in name:
+        tensors = _tensors(op)
+        rule = rules.get("attention") or {}
+        if tensors and rule and len(tensors[0][0]) >= 2:
+            d, s = tensors[0][0][-1], tensors[0][0][-2]
+            bad = [f"{axis}={v}" for axis, v in (("D", d), ("S", s)) if v % int(rule["multiple"])]
+            if bad:
+                return f"unaligned attention: {', '.join(bad)} not a multiple of {rule['multiple']}"
+    return None
+
+
+def match_fused_patterns(calls, patterns: list[dict], views: set) -> list[dict]:
+    """Fusable op sequences in the forward top-level op stream of the first steady step."""
+    stream = [c for c in calls if c.parent is None and c.phase == "forward" and _base(c.name) not in views]
+    if not stream:
+        return []
+    steps = sorted({c.step for c in stream})
+    step = steps[1] if len(steps) > 1 else steps[0]
+    stream = sorted((c for c in stream if c.step == step), key=lambda c: (c.start_us, c.seq_nr))
+    names = [_base(c.name).rstrip("_") if not _base(c.name).startswith("_") else _base(c.name) for c in stream]
+    found: dict[tuple, dict] = {}
+    for pattern in patterns:
+        specs = [s if isinstance(s, dict) else {"names": s} for s in pattern.get("steps") or []]
+        i = 0
+        while i < len(names):
+            end = _match_at(names, i, specs)
+            if end is None:
+                i += 1
+                continue
+            sources = [stream[j].source for j in range(i, end) if stream[j].source]
+            key = (pattern["api"], sources[0] if sources else None)
+            entry = found.setdefault(key, {"api": pattern["api"], "ops": names[i:end], "sources": sorted(set(sources)),
+                                           "source": sources[0] if sources else None, "count": 0,
+                                           "fix": pattern.get("fix", ""), "launches": end - i,
+                                           "min_cann": pattern.get("min_cann")})
+            entry["count"] += max(int(getattr(stream[i], "count", 1) or 1), 1)
+            i = end
+    return list(found.values())
+
+
+def _match_at(names: list[str], i: int, specs: list[dict]) -> int | None:
+    pos = i
+    for spec in specs:
+        allowed = set(spec.get("names") or [])
+        hits = 0
+        while pos < len(names) and names[pos] in allowed and hits < int(spec.get("repeat", 1)):
+            pos += 1
+            hits += 1
+        if hits == 0 and not spec.get("optional"):
+            return None
+    return pos if pos - i >= 2 else None
+
+
+# --- the chip-independent basis ---
+
+def _steady(steps) -> set[int]:
+    complete = sorted(s.index for s in steps if s.complete)
+    return set(complete[1:]) if len(complete) > 1 else set(complete)
+
+
+def _per_step(op, steady: set[int]) -> float:
+    ran = set(op.steps or [])
+    if steady and not (ran & steady):
+        return 0.0
+    return op.calls / max(len(ran), 1)
+
+
+def _parents(operators) -> dict[str, str | None]:
+    """Each operator name's most common parent (the name chain nesting is judged by)."""
+    votes: dict[str, dict] = {}
+    for op in operators:
+        by_parent = votes.setdefault(op.name, {})
+        by_parent[op.parent] = by_parent.get(op.parent, 0) + op.calls
+    return {name: max(c, key=c.__getitem__) for name, c in votes.items()}
+
+
+def _nested_in_priced(op, parent_of: dict, priced: set) -> bool:
+    parent, seen = op.parent, 0
+    while parent and seen < 12:
+        if _base(parent) in priced:
+            return True
+        parent, seen = parent_of.get(parent), seen + 1
+    return False
+
+
+def _batch(operators, calls=None) -> dict:
+    dims: Counter = Counter()
+    where: dict[int, str] = {}
+    for op in operators:
+        if op.phase != "forward" or op.parent is not None:
+            continue
+        for shape, dtype in _tensors(op)[:1]:
+            if len(shape) >= 2 and dtype.startswith(("float", "bfloat")):
+                dims[shape[0]] += op.calls
+                if shape[0] not in where:
+                    where[shape[0]] = f"{op.name} input {list(shape)} at {op.source or '?'}"
+    if not dims:
+        return {"value": None, "evidence": "no forward input with a batch dimension was captured"}
+    value = dims.most_common(1)[0][0]
+    return {"value": value, "evidence": f"leading dimension of the forward inputs, e.g. {where[value]}"}
+
+
+def _gradient_bytes(operators, steady) -> dict:
+    """Parameter gradient bytes: each optimizer-phase tensor shape counted as often as the least-called
+    optimizer operator on that shape runs per step (one call per parameter)."""
+    per_shape: dict[tuple, float] = {}
+    dtype_of: dict[tuple, str] = {}
+    foreach: list = []
+    for op in operators:
+        if op.phase != "optimizer":
+            continue
+        first = (op.input_shapes or [None])[0]
+        if isinstance(first, list) and first and isinstance(first[0], list):
+            foreach = max(foreach, first, key=len)
+            continue
+        tensors = _tensors(op)
+        if not tensors or not tensors[0][1].startswith(("float", "bfloat")):
+            continue
+        shape = tuple(tensors[0][0])
+        n = _per_step(op, steady)
+        if n:
+            per_shape[shape] = min(per_shape.get(shape, n), n)
+            dtype_of[shape] = tensors[0][1]
+    if foreach:
+        total = sum(numel(s) for s in foreach) * 4
+        return {"bytes": total, "parameters": len(foreach), "evidence": "tensor lists of the foreach optimizer ops"}
+    total = sum(numel(s) * round(n) * dtype_bytes(dtype_of[s]) for s, n in per_shape.items())
+    count = sum(round(n) for n in per_shape.values())
+    if not total:
+        return {"bytes": 0, "parameters": 0, "evidence": "no optimizer step captured: gradient size unknown"}
+    return {"bytes": total, "parameters": count, "evidence": "parameter shapes updated in the optimizer phase"}
+
+
+_KERNEL_FIELDS = [f.name for f in fields(Kernel) if f.name != "shapes"]
+
+
+def _kernel_dict(k: Kernel) -> dict:
+    return {name: getattr(k, name) for name in _KERNEL_FIELDS}
+
+
+def _key(name: str, shapes, dtypes) -> tuple:
+    """A signature key; ``str`` of the nested lists is the cheap exact spelling."""
+    return (name, str(shapes), str(dtypes))
+
+
+def _steady_counts(calls, steady: set[int]) -> dict[tuple, float]:
+    """Median calls per steady step of each signature, from the captured call stream."""
+    from statistics import median
+    per: dict[tuple, dict] = {}
+    for c in calls or []:
+        if c.step in steady:
+            counts = per.setdefault(_key(c.name, c.input_shapes, c.dtypes), {})
+            counts[c.step] = counts.get(c.step, 0) + max(int(getattr(c, "count", 1) or 1), 1)
+    return {key: median(counts.get(s, 0) for s in steady) for key, counts in per.items()}
+
+
+def build_basis(operators, steps, calls=None) -> dict:
+    """The chip-independent part of the estimate (stored in scan.json ``npu_estimate.basis``)."""
+    _cache_tensors(operators)
+    try:
+        return _build_basis(operators, steps, calls)
+    finally:
+        _TENSORS.clear()
+
+
+def _build_basis(operators, steps, calls=None) -> dict:
+    model = cost_model()
+    aten = model.get("aten") or {}
+    views = set(model.get("views") or [])
+    priced = set(aten)
+    steady = _steady(steps)
+    parent_of = _parents(operators)
+    foreach_kernels = (model.get("optimizers") or {}).get("foreach_kernels") or {}
+    candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
+                  and not op.import_time and _base(op.name) not in views
+                  and not _nested_in_priced(op, parent_of, priced)]
+    wanted = {op.name for op in candidates}
+    counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
+    dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
+    rows, foreach_launches = [], set()
+    for op in candidates:
+        name = _base(op.name)
+        per_step = counts.get(_key(op.name, op.input_shapes, op.dtypes), 0.0) if counts \
+            else _per_step(op, steady)
+        if not per_step:
+            continue
+        entry = aten.get(name)
+        reasons: list[dict] = []
+        launches = 1.0
+        if entry:
+            kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
+        else:
+            kernels = _model_elementwise(op, [f"{name} (generic)"])
+            reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
+                            "fix": ""})
+        tensors = _tensors(op)
+        if op.phase == "optimizer" and name in foreach_kernels and tensors and len(tensors[0][0]) >= 1:
+            for k in kernels:
+                k.type = foreach_kernels[name]
+                k.note = "foreach on the NPU"
+            foreach_launches.add(foreach_kernels[name])
+            launches = 0.0
+        if not tensors and entry:     # Python-scalar arithmetic: one tiny launch
+            for k in kernels:
+                k.bytes = 0.0
+        why = _aicpu_reason(op, model.get("aicpu_rules") or {})
+        if why:
+            for k in kernels:
+                k.unit = "aicpu"
+            rules = model.get("aicpu_rules") or {}
+            fix = ((rules.get("ops") or {}).get(name) or {}).get("fix") or rules.get("fix_dtype", "")
+            reasons.append({"kind": "aicpu", "text": why, "fix": fix})
+        unaligned = _alignment_reason(op, model.get("alignment") or {})
+        if unaligned:
+            rule = (model.get("alignment") or {}).get("attention" if "attention" in unaligned else "matmul") or {}
+            for k in kernels:
+                if k.unit in ("cube", "fa"):
+                    k.flops *= float(rule.get("slowdown", 1.0))
+            reasons.append({"kind": "alignment", "text": unaligned, "fix": rule.get("fix", "")})
+        inserted = []
+        rule_name = (entry or {}).get("transdata")
+        if rule_name:
+            rule = (model.get("transdata") or {}).get(rule_name) or {}
+            inserted = _transdata(op, rule, kernels)
+        inserted_910a = _nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
+        if op.verdict == "cpu-fallback":
+            reasons.append({"kind": "cpu-fallback", "text": "runs on the host CPU on the NPU (cpu-fallback): its CPU "
+                            "time plus two host<->device copies", "fix": (op.substitute or {}).get("replacement", "")
+                            if isinstance(op.substitute, dict) else ""})
+        if op.dynamic:
+            shapes = dynamic_shapes.get((op.name, op.source), 1)
+            reasons.append({"kind": "dynamic", "text": f"dynamic shape: compiled again for each new shape "
+                            f"({shapes} shape(s) of {op.name} at {op.source or '?'} seen in the scan)",
+                            "fix": "make the shape fixed (pad, drop_last=True); see the dynamic-shape fixes"})
+        rows.append({"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
+                     "dtypes": op.dtypes, "phase": op.phase, "source": op.source, "calls_per_step": per_step,
+                     "launches_per_step": per_step * launches,
+                     "cpu_time_us": op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
+                     "fallback": op.verdict == "cpu-fallback",
+                     "kernels": [_kernel_dict(k) for k in kernels],
+                     "transdata": [_kernel_dict(k) for k in inserted],
+                     "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
+                     "reasons": reasons})
+    patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
+    by_source: dict[str, list] = {}
+    for p in patterns:
+        for src in p["sources"]:
+            by_source.setdefault(src, []).append(p)
+    for row in rows:
+        for p in by_source.get(row["source"], []):
+            if row["phase"] == "forward" and _base(row["name"]) in {o.rstrip("_") for o in p["ops"]} | set(p["ops"]):
+                row["reasons"].append({"kind": "unfused", "text": f"unfused {'-'.join(p['ops'])} at {p['source']}",
+                                       "fix": p["fix"]})
+    return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
+            "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
+
+
+# --- prices on a chip ---
+
+def _kernels(items) -> list[Kernel]:
+    return [Kernel(**k) for k in items]
+
+
+def price(basis: dict, chip: str | None = None, factors: dict | None = None,
+          world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> dict:
+    """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
+    model = cost_model()
+    name, figures = resolve_chip(chip)
+    family = figures.get("family", "")
+    launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
+    rows: list[dict] = []
+    totals: dict[str, float] = defaultdict(float)
+    by_type: dict[str, float] = defaultdict(float)
+    for row in basis.get("rows") or []:
+        n = float(row.get("calls_per_step") or 0)
+        kernels = _kernels(row.get("kernels") or [])
+        inserted = _kernels(row.get("transdata") or [])
+        if family == "910A":
+            inserted += _kernels(row.get("transdata_910a") or [])
+        units: dict[str, float] = defaultdict(float)
+        for k in kernels:
+            t = kernel_time_us(k, figures, factors) * n
+            units[k.unit] += t
+            by_type[k.type + (" (AI CPU)" if k.unit == "aicpu" else "")] += t
+        transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
+        by_type["TransData"] += transdata
+        host = float(row.get("launches_per_step") or 0) * launch_us
+        if row.get("fallback"):
+            host += float(row.get("cpu_time_us") or 0)
+            units = defaultdict(float)
+        device = sum(units.values()) + transdata
+        for unit, t in units.items():
+            totals[unit] += t
+        totals["transdata"] += transdata
+        totals["transdata_kernels"] += len(inserted) * n
+        totals["host"] += host
+        totals["kernels"] += len(kernels) * n
+        reasons = list(row.get("reasons") or [])
+        if inserted and transdata > 0:
+            reasons.append({"kind": "transdata", "text": f"{len(inserted)} TransData per call "
+                            f"({', '.join(k.note for k in inserted[:3])}{'...' if len(inserted) > 3 else ''})",
+                            "fix": (model.get("transdata") or {}).get("fix", "")})
+        rows.append({"kind": "operator", "operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
+                     "input_shapes": row.get("input_shapes"), "dtypes": row.get("dtypes"), "phase": row.get("phase"),
+                     "source": row.get("source"), "calls_per_step": round(n, 2),
+                     "kernels": ", ".join(dict.fromkeys(k.type for k in kernels)),
+                     "npu_time_us": round(device, 2), "cube_us": round(units["cube"] + units["fa"], 2),
+                     "vector_us": round(units["vector"] + units["dma"], 2), "aicpu_us": round(units["aicpu"], 2),
+                     "transdata_us": round(transdata, 2), "host_us": round(host, 2),
+                     "reason": "; ".join(r["text"] for r in reasons),
+                     "fix": next((r["fix"] for r in reasons if r.get("fix")), ""),
+                     "reason_kinds": [r["kind"] for r in reasons]})
+    foreach = basis.get("foreach_launches") or []
+    totals["host"] += len(foreach) * launch_us
+    fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
+    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows, fused_lines)
+                + _optimizer_rows(rows, foreach))
+    rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
+    step = _step(basis, totals, figures, rows, world_sizes)
+    step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
+    calibration = dict(model.get("calibration") or {})
+    if factors:
+        calibration["local"] = (f"scaled by your own profiles ({calibrated_with or 'opscope calibrate'}): "
+                                + ", ".join(f"{unit} x{f:.2f}" for unit, f in sorted(factors.items())))
+    return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
+            "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
+            "calibration": calibration, "factors": factors or None, "basis": basis,
+            "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
+
+
+def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:
+    """One ranked row per fusable sequence: the estimated time of its operators (forward and the
+    backward that autograd runs for the same lines), which the fused API replaces."""
+    out = []
+    for p in patterns:
+        members = [r for r in rows if r["source"] in p["sources"] and "pattern" not in r["reason_kinds"]]
+        if not members:
+            continue
+        api = p["api"].rsplit(".", 1)[-1]
+        out.append({"kind": "pattern", "operator": f"unfused {'-'.join(p['ops'])} ({api})", "input_shapes": None, "dtypes": None,
+                    "phase": "forward+backward", "source": p["source"], "calls_per_step": p.get("count", 1),
+                    "kernels": f"{sum(len(r['kernels'].split(', ')) for r in members)} kernels of "
+                               f"{len(members)} operator signatures",
+                    "npu_time_us": round(sum(r["npu_time_us"] for r in members), 2),
+                    "cube_us": round(sum(r["cube_us"] for r in members), 2),
+                    "vector_us": round(sum(r["vector_us"] for r in members), 2),
+                    "aicpu_us": round(sum(r["aicpu_us"] for r in members), 2),
+                    "transdata_us": round(sum(r["transdata_us"] for r in members), 2),
+                    "host_us": round(sum(r["host_us"] for r in members), 2),
+                    "reason": f"unfused pattern {'-'.join(p['ops'])} at {', '.join(p['sources'])}: "
+                              f"{p['api']} does it in one kernel"
+                              + (f" (CANN {p['min_cann']} or newer)" if p.get("min_cann") else ""),
+                    "fix": p.get("fix", ""), "reason_kinds": ["pattern"]})
+    return out
+
+
+def _optimizer_rows(rows: list[dict], foreach: list) -> list[dict]:
+    """The optimizer's per-parameter element-wise ops as one row, with torch_npu's fused optimizer as the fix."""
+    members = [r for r in rows if r["phase"] == "optimizer" and r["kernels"].startswith("Foreach")]
+    if len(members) < 2:
+        return []
+    fused = (cost_model().get("optimizers") or {}).get("fused") or {}
+    names = {r["operator"].split("::")[-1].split(".")[0] for r in members}
+    guess = "AdamW" if names & {"addcdiv_", "lerp_"} else "SGD" if names & {"mul_", "add_"} else None
+    api = fused.get(guess or "", "torch_npu.optim.NpuFused<your optimizer>")
+    return [{"kind": "pattern", "operator": f"optimizer step ({len(members)} per-parameter op signatures)",
+             "input_shapes": None, "dtypes": None, "phase": "optimizer", "source": members[0]["source"],
+             "calls_per_step": round(sum(r["calls_per_step"] for r in members), 2),
+             "kernels": ", ".join(foreach) or "Foreach*",
+             **{k: round(sum(r[k] for r in members), 2) for k in (
+                 "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us")},
+             "reason": f"the optimizer updates each parameter with separate element-wise ops; torch runs them as "
+                       f"{len(foreach)} foreach kernel(s) per step on the NPU, a fused optimizer in fewer passes",
+             "fix": f"use {api}" + (f" (looks like {guess} from its ops)" if guess else ""),
+             "reason_kinds": ["pattern"]}]
+
+
+def _alignment_rows(rows: list[dict], fused_lines: set) -> list[dict]:
+    """One ranked row per source line with unaligned cube operators (forward and backward); lines
+    inside a fusable pattern are left to that pattern's row (the fused kernel replaces them)."""
+    lines: dict[str, list] = {}
+    for r in rows:
+        if "alignment" in r["reason_kinds"] and r["source"] and r["source"] not in fused_lines:
+            lines.setdefault(r["source"], []).append(r)
+    out = []
+    for source, members in lines.items():
+        if len(members) < 2:
+            continue
+        axes = sorted({part.split(" ")[0] for r in members for part in
+                       r["reason"].split("unaligned matmul: ", 1)[-1].split(";")[0].split(", ") if "=" in part})
+        out.append({"kind": "pattern", "operator": f"unaligned matmuls ({', '.join(axes)})", "input_shapes": None,
+                    "dtypes": None, "phase": "forward+backward", "source": source,
+                    "calls_per_step": sum(r["calls_per_step"] for r in members),
+                    "kernels": f"{len(members)} matmul signatures", **{k: round(sum(r[k] for r in members), 2) for k in (
+                        "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us")},
+                    "reason": f"unaligned matmul shapes at {source} ({', '.join(axes)}; the cube wants multiples of "
+                              f"{int((cost_model().get('alignment') or {}).get('matmul', {}).get('multiple', 256))})",
+                    "fix": next((r["fix"] for r in members if r["fix"]), ""), "reason_kinds": ["pattern"]})
+    return out
+
+
+def _step(basis: dict, totals: dict[str, float], figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
+    model = cost_model()
+    comm_cfg = model.get("communication") or {}
+    cube = totals["cube"] + totals["fa"]
+    vector = totals["vector"] + totals["dma"]
+    aicpu = totals["aicpu"]
+    transdata = totals["transdata"]
+    device = cube + vector + aicpu + transdata
+    backward = sum(r["npu_time_us"] for r in rows if r["phase"] == "backward")
+    grad = float((basis.get("gradients") or {}).get("bytes") or 0)
+    batch = (basis.get("batch") or {}).get("value")
+    per_world = []
+    params = float((basis.get("gradients") or {}).get("parameters") or 0)
+    launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
+    ddp_kernels = [Kernel(k, "vector", 0.0, 2.0 * grad * float(passes)) for k, passes in
+                   (comm_cfg.get("ddp_gradient_passes") or {}).items()]
+    ddp_vector = sum(kernel_time_us(k, figures) for k in ddp_kernels) if grad else 0.0
+    for world in world_sizes or comm_cfg.get("world_sizes") or [1, 8, 16]:
+        comm, link, host = allreduce_us(grad, world, figures), "-", totals["host"]
+        ddp = ddp_vector if world > 1 else 0.0
+        if world > 1:
+            link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
+            host += params * float(comm_cfg.get("ddp_launches_per_parameter", 2)) * launch_us
+        exposed = max(0.0, comm - float(comm_cfg.get("overlap", 0.8)) * backward)
+        device_side = device + ddp + exposed
+        step_us = max(host, device_side)
+        parts = {"host": host, "compute": cube, "memory": vector + transdata + ddp, "aicpu": aicpu,
+                 "communication": exposed}
+        if host >= device_side:
+            bound = "host"
+        else:
+            bound = max(("compute", "memory", "aicpu", "communication"), key=lambda k: parts[k])
+        per_world.append({"devices": world, "communication_us": round(comm, 1), "exposed_communication_us":
+                          round(exposed, 1), "link": link, "host_us": round(host, 1), "ddp_vector_us": round(ddp, 1),
+                          "device_us": round(device + ddp, 1), "step_us": round(step_us, 1),
+                          "bound": bound,
+                          "fps": round(batch * world / (step_us / 1e6), 1) if batch and step_us else None})
+    return {"device_us": round(device, 1), "compute_us": round(cube, 1), "vector_us": round(vector, 1),
+            "transdata_us": round(transdata, 1), "transdata_kernels": round(totals["transdata_kernels"], 1),
+            "aicpu_us": round(aicpu, 1), "host_us": round(totals["host"], 1), "kernels": round(totals["kernels"], 1),
+            "gradient_bytes": grad, "batch": batch, "per_world_size": per_world}
+
+
+def allreduce_us(grad_bytes: float, world: int, figures: dict) -> float:
+    """DDP's gradient all-reduce on ``world`` NPUs: ring 2(p-1)/p x bytes over the link (inside a
+    server the measured all-reduce bandwidth where the chip has one), plus a latency per bucket."""
+    if world <= 1 or not grad_bytes:
+        return 0.0
+    cfg = cost_model().get("communication") or {}
+    buckets = max(1.0, -(-grad_bytes // (float(cfg.get("bucket_mb", 25)) * 1e6)))
+    latency = buckets * float(cfg.get("latency_us_per_bucket", 60))
+    measured = {int(k): float(v) for k, v in (figures.get("allreduce_gbps") or {}).items()}
+    if world <= int(figures.get("npus_per_server", 8)) and measured:
+        near = max((k for k in measured if k <= world), default=min(measured))
+        return grad_bytes / (measured[near] * 1e9) * 1e6 + latency
+    link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
+    gbps = float((figures.get("link_gbps") or {}).get(link, 25))
+    return 2 * (world - 1) / world * grad_bytes / (gbps * 1e9) * 1e6 + latency
+
+
+def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None,
+             calibrated_with: str | None = None) -> dict:
+    """``price(build_basis(...))``: the whole NPU estimate of a scan."""
+    return price(build_basis(operators, steps, calls), chip, factors, calibrated_with=calibrated_with)
+
+
+def bound_sentence(est: dict, devices: int = 1) -> str:
+    """One sentence: what bounds the step on this chip, and the step time/FPS behind it."""
+    step = est.get("step") or {}
+    world = next((w for w in step.get("per_world_size") or [] if w["devices"] == devices), None)
+    if not world:
+        return "no estimate"
+    ms = lambda us: f"{us / 1000:.2f} ms"   # noqa: E731
+    what = {"host": f"host-bound: launching the step's operators takes {ms(step['host_us'])} on the host, more than "
+                    f"the {ms(step['device_us'])} of NPU work",
+            "compute": f"compute-bound: cube kernels take {ms(step['compute_us'])} of {ms(step['device_us'])} NPU time",
+            "memory": f"memory-bound: vector kernels and TransData take {ms(step['vector_us'] + step['transdata_us'])}"
+                      f" of {ms(step['device_us'])} NPU time",
+            "aicpu": f"AI CPU-bound: {ms(step['aicpu_us'])} on AI CPU",
+            "communication": f"communication-bound: {ms(world['exposed_communication_us'])} of gradient all-reduce "
+                             "not hidden behind backward"}[world["bound"]]
+    fps = f", {world['fps']:,.0f} samples/s" if world.get("fps") else ""
+    return f"On {est.get('chip')} x{devices}, estimated {what}; step {ms(world['step_us'])}{fps} (estimate)"

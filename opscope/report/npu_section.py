@@ -1,0 +1,151 @@
+"""The "What will be slow on <chip>" section, one content for every report format.
+
+Reads ``ScanResult.npu_estimate`` (opscope.analysis.npu_estimate) only.  Every figure
+is labelled an estimate and carries its calibration error; the CPU times of the other
+sections stay labelled "on this machine".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HEADERS = ["#", "what (estimate)", "where", "est. NPU ms/step", "kernels", "why it is slow", "fix"]
+TOP = 12
+
+
+@dataclass
+class Section:
+    title: str
+    sentences: list[str] = field(default_factory=list)
+    calibration: list[str] = field(default_factory=list)
+    fps: list[list] = field(default_factory=list)          # devices, step ms, FPS, bound
+    rows: list[list] = field(default_factory=list)
+    more: int = 0
+
+
+def _ms(us) -> str:
+    return f"{(us or 0) / 1000:.2f}"
+
+
+def build(result, top: int | None = TOP) -> Section | None:
+    """The section's content, or None when the scan has no estimate (an older scan.json); a stored
+    estimate that cannot be read gives a section saying so, never a failed report."""
+    est = getattr(result, "npu_estimate", None) or {}
+    if not isinstance(est, dict):
+        est = {"rows": [], "step": {"broken": True}}
+    try:
+        return _build(est, top)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        return Section(title="What will be slow on the NPU (estimate)",
+                       sentences=[f"The NPU estimate stored in scan.json could not be read ({type(exc).__name__}); "
+                                  "run `opscope scan` again to store a fresh one."])
+
+
+def _build(est: dict, top: int | None) -> Section | None:
+    from opscope.analysis.npu_estimate import bound_sentence
+    if not est.get("rows") and not est.get("step"):
+        return None
+    step = est.get("step") or {}
+    chip = est.get("chip") or "?"
+    batch = (est.get("batch") or {})
+    sentences = [bound_sentence(est, 1) + "."]
+    sentences.append(f"Estimated NPU work per step: {_ms(step.get('device_us'))} ms (cube {_ms(step.get('compute_us'))}, "
+                     f"vector {_ms(step.get('vector_us'))}, TransData {_ms(step.get('transdata_us'))} in "
+                     f"{step.get('transdata_kernels', 0):.0f} inserted kernels, AI CPU {_ms(step.get('aicpu_us'))}); "
+                     f"host launch {_ms(step.get('host_us'))} ms for the step's operators.")
+    if batch.get("value"):
+        sentences.append(f"FPS = batch x devices / step, batch {batch['value']} ({batch.get('evidence', '')}).")
+    else:
+        sentences.append(f"FPS not computed: {batch.get('evidence', 'batch size unknown')}.")
+    grads = est.get("gradients") or {}
+    if grads.get("bytes"):
+        sentences.append(f"DDP all-reduce of {grads['bytes'] / 1e6:,.0f} MB of gradients ({grads.get('parameters')} "
+                         f"parameters) per step; {grads.get('evidence', '')}.")
+    fps = [[w["devices"], _ms(w["step_us"]), f"{w['fps']:,.0f}" if w.get("fps") else "-", w["bound"],
+            _ms(w.get("communication_us"))] for w in step.get("per_world_size") or []]
+    rows = []
+    ranked = est.get("rows") or []
+    shown = ranked if top is None else ranked[:top]
+    for i, r in enumerate(shown, start=1):
+        rows.append([i, r["operator"], r.get("source") or "-", _ms(r["npu_time_us"]), r.get("kernels") or "",
+                     r.get("reason") or "", r.get("fix") or ""])
+    calibration = [str(v) for v in (est.get("calibration") or {}).values()]
+    return Section(title=f"What will be slow on {chip} (estimate)", sentences=sentences, calibration=calibration,
+                   fps=fps, rows=rows, more=max(0, len(ranked) - len(shown)))
+
+
+FPS_HEADERS = ["devices", "est. step ms", "est. samples/s", "bound", "all-reduce ms"]
+
+
+def markdown_lines(result, cell, table) -> list[str]:
+    """Markdown lines (``cell``/``table`` are the Markdown reporter's escaping helpers)."""
+    sec = build(result)
+    if sec is None:
+        return []
+    out = ["", f"## {cell(sec.title)}", ""]
+    out += ["- " + cell(s) for s in sec.sentences]
+    out += [""] + table(FPS_HEADERS, sec.fps)
+    if sec.rows:
+        out += ["", "Operators ranked by estimated NPU time:", ""] + table(HEADERS, sec.rows)
+    if sec.more:
+        out.append(f"\n… and {sec.more} more (report.xlsx, sheet NPU estimate).")
+    out += ["", "_Calibration: " + cell("; ".join(sec.calibration)) + "_"]
+    return out
+
+
+def print_terminal(result, console) -> None:
+    """The section for the terminal summary (rich)."""
+    from rich.markup import escape
+    from rich.table import Table
+    sec = build(result, top=10)
+    if sec is None:
+        return
+    console.print(f"[bold]{escape(sec.title)}[/]")
+    for s in sec.sentences[:2]:
+        console.print(escape(s))
+    t = Table(header_style="bold", title_justify="left")
+    for h in FPS_HEADERS:
+        t.add_column(h, justify="right" if h != "bound" else "left")
+    for row in sec.fps:
+        t.add_row(*(escape(str(v)) for v in row))
+    console.print(t)
+    if sec.rows:
+        t = Table(title="Top operators by estimated NPU time per step (not CPU time)", header_style="bold",
+                  title_justify="left")
+        for h in HEADERS:   # names and file:line never split mid-word (an ellipsis instead)
+            t.add_column(h, overflow="ellipsis" if h in ("what (estimate)", "where") else "fold",
+                         justify="right" if h in ("#", "est. NPU ms/step") else "left",
+                         max_width=48 if h in ("why it is slow", "fix") else None)
+        for row in sec.rows:
+            t.add_row(*(escape(str(v)) for v in row))
+        console.print(t)
+    console.print(f"[dim]estimates; calibration: {escape('; '.join(sec.calibration))}[/]")
+
+
+def print_comparison(cmp: dict, console) -> None:
+    """`opscope diff RUN NPU_PROFILE`: estimated vs measured per kernel family and per step."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    def ms(us):
+        return "-" if us is None else f"{us / 1000:.2f}"
+
+    def ratio(r):
+        return "-" if r is None else f"{r:.2f}x"
+
+    t = Table(title=f"NPU estimate ({escape(str(cmp.get('chip')))}, {cmp.get('devices')} device(s)) vs the measured "
+                    "profile, per kernel family (ms per step)", header_style="bold", title_justify="left")
+    for h in ("kernel family", "estimated", "measured", "estimated / measured"):
+        t.add_column(h, justify="left" if h == "kernel family" else "right")
+    for row in cmp["families"]:
+        t.add_row(escape(row["family"]), ms(row["estimated_us"]), ms(row["measured_us"]), ratio(row["ratio"]))
+    console.print(t)
+    t = Table(title="Per step (ms)", header_style="bold", title_justify="left")
+    for h in ("", "estimated", "measured", "estimated / measured"):
+        t.add_column(h, justify="left" if not h else "right")
+    for row in cmp["steps"]:
+        t.add_row(escape(row["item"]), ms(row["estimated_us"]), ms(row["measured_us"]), ratio(row["ratio"]))
+    console.print(t)
+    bound = cmp.get("bound") or {}
+    console.print(f"bound: estimated {bound.get('estimated')}, measured {bound.get('measured') or '-'}"
+                  + (f"; slowest rank: {escape(str(cmp['slowest_rank']))}" if cmp.get("slowest_rank") and
+                     len(cmp.get("ranks") or []) > 1 else ""))

@@ -1,0 +1,339 @@
+"""The NPU time estimate ("what will be slow on <chip>"), checked against the shared real
+Ascend profiles: every expected figure is computed here from the raw CSVs."""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS, SHARED, load_scan, run_opscope
+from opscope.model import Operator, Step
+
+ALEX = SHARED / "data/ascend_profiles/alexnet_ddp_2rank/text/level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
+LLM = str(SHARED / "data/ascend_profiles/llm_megatron_4rank_level2/rank_{}_ascend_pt/ASCEND_PROFILER_OUTPUT")
+needs_shared = pytest.mark.skipif(not (ALEX / "kernel_details.csv").exists(), reason="../shared profiles absent")
+CUBE = {"Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "MatMulV2", "MatMulV3"}
+
+
+def _raw(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_chip_and_cost_model_data_load_with_their_schema_and_cite_sources():
+    from opscope import knowledge
+    chips = knowledge.load("npu_chips.yaml")
+    model = knowledge.load("npu_cost_model.yaml")
+    assert {"Ascend910A", "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4"} <= set(chips["chips"])
+    for name, chip in chips["chips"].items():
+        for key in ("ai_cores", "cube_tflops", "vector_tflops_fp16", "hbm_gbps", "hbm_gib", "link_gbps", "confidence"):
+            assert key in chip, (name, key)
+        assert chip["cube_tflops"]["fp16"] > 0 and chip["hbm_gbps"] > 0
+    text = (Path(knowledge.__file__).parents[1] / "support_matrix" / "npu_chips.yaml").read_text()
+    for source in chips["sources"]:   # every declared source is cited by at least one figure
+        assert text.count(source) >= 2, source
+    for op, entry in model["aten"].items():   # every ATen mapping names a pricing function
+        from opscope.analysis.npu_estimate import MODELS
+        assert entry["model"] in MODELS, op
+
+
+def test_unknown_chip_is_a_one_line_error(tmp_path):
+    proc = run_opscope("scan", SCRIPTS / "train_slow_on_npu.py", "--chip", "910Z", "-o", tmp_path / "x", "-q")
+    assert proc.returncode == 2
+    assert "unknown chip '910Z'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@needs_shared
+def test_kernel_details_reader_matches_the_raw_csv():
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    raw = _raw(Path(LLM.format(0)) / "kernel_details.csv")
+    rows = read_kernel_details(Path(LLM.format(0)) / "kernel_details.csv")
+    assert len(rows) == len(raw)
+    assert math.isclose(sum(r.duration_us for r in rows), sum(float(r["Duration(us)"]) for r in raw), rel_tol=1e-9)
+    first = raw[0]
+    assert rows[0].type == first["Type"] and rows[0].input_shapes == [
+        [int(d) for d in part.split(",")] for part in first["Input Shapes"].strip('"').split(";")]
+
+
+@needs_shared
+@pytest.mark.parametrize("rank", [0, 2])
+def test_llm_kernels_predicted_from_type_shapes_dtypes_within_2x(rank):
+    """Rank 2 was not used to fit the cost model: a held-out check."""
+    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, resolve_chip
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    raw = _raw(Path(LLM.format(rank)) / "kernel_details.csv")
+    cube_cores = max(int(r["Block Dim"]) for r in raw if r["Accelerator Core"] == "AI_CORE")
+    chip = next(figures for _, figures in [resolve_chip(n) for n in ("910B2", "910B3")]
+                if figures["ai_cores"] == cube_cores)
+    computing = sum(float(r["Duration(us)"]) for r in raw if not r["Type"].startswith("hcom_"))
+    within, total, logs = 0.0, 0.0, []
+    for row, real in zip(read_kernel_details(Path(LLM.format(rank)) / "kernel_details.csv"), raw):
+        kernel = kernel_from_row(row)
+        if real["Accelerator Core"] in ("HCCL", "COMMUNICATION") or real["Type"].startswith("hcom_"):
+            continue
+        ratio = math.log2(kernel_time_us(kernel, chip) / float(real["Duration(us)"]))
+        logs.append(abs(ratio))
+        total += float(real["Duration(us)"])
+        within += float(real["Duration(us)"]) if abs(ratio) <= 1 else 0.0
+    assert math.isclose(total, computing)   # every computing kernel was priced
+    assert within / total >= 0.80
+    assert statistics.median(logs) <= 0.6
+
+
+def _alexnet_operators(batch: int = 32) -> list[Operator]:
+    """AlexNet (torchvision layout) trained with SGD momentum + weight decay: one step's operator
+    signatures, built from the layer shapes like a CPU scan records them."""
+    ops: list[Operator] = []
+
+    def op(name, shapes, phase, calls=1, dtypes=None, scalars=None, parent=None):
+        same = next((o for o in ops if (o.name, o.input_shapes, o.phase) == (name, shapes, phase)), None)
+        if same is not None:   # one signature per distinct call, as a scan aggregates them
+            same.calls += calls
+            return
+        ops.append(Operator(name=name, input_shapes=shapes, dtypes=dtypes or ["float"] * len(shapes),
+                            scalars=scalars or [], phase=phase, calls=calls, steps=[2], parent=parent,
+                            source="train.py:1", verdict="native"))
+
+    convs = [(3, 64, 11, 4, 2, 224, True), (64, 192, 5, 1, 2, 27, True), (192, 384, 3, 1, 1, 13, False),
+             (384, 256, 3, 1, 1, 13, False), (256, 256, 3, 1, 1, 13, True)]
+    params = []
+    for cin, cout, k, s, p, size, pool in convs:
+        out = (size + 2 * p - k) // s + 1
+        x, w, y = [batch, cin, size, size], [cout, cin, k, k], [batch, cout, out, out]
+        op("aten::convolution", [x, w, [cout]], "forward",
+           scalars=[None, None, None, [s, s], [p, p], [1, 1], False, [0, 0], 1])
+        op("aten::relu_", [y], "forward")
+        op("aten::threshold_backward", [y, y, []], "backward", dtypes=["float", "float", "Scalar"])
+        mask = [cin != 3, True, True]
+        op("aten::convolution_backward", [y, x, w], "backward", scalars=[None] * 10 + [mask])
+        if pool:
+            pooled = [batch, cout, (out - 3) // 2 + 1, (out - 3) // 2 + 1]
+            op("aten::max_pool2d_with_indices", [y, [], [], [], [], []], "forward",
+               dtypes=["float"] + ["ScalarList"] * 5, scalars=[None, [3, 3], [2, 2], [0, 0], [1, 1], False])
+            op("aten::max_pool2d_with_indices_backward", [pooled, y, [], [], [], [], [], []], "backward",
+               dtypes=["float", "float"] + ["ScalarList"] * 6)
+        params += [w, [cout]]
+    op("aten::_adaptive_avg_pool2d", [[batch, 256, 6, 6], []], "forward", dtypes=["float", "ScalarList"])
+    op("aten::_adaptive_avg_pool2d_backward", [[batch, 256, 6, 6], [batch, 256, 6, 6]], "backward")
+    for k, n, relu in ((9216, 4096, True), (4096, 4096, True), (4096, 1000, False)):
+        if relu:
+            op("aten::dropout", [[batch, k], [], []], "forward", dtypes=["float", "Scalar", "Scalar"])
+        op("aten::linear", [[batch, k], [n, k], [n]], "forward")
+        op("aten::mm", [[batch, n], [n, k]], "backward")
+        op("aten::mm", [[n, batch], [batch, k]], "backward")
+        op("aten::sum", [[batch, n], [], [], []], "backward", dtypes=["float", "ScalarList", "Scalar", ""])
+        if relu:
+            op("aten::relu_", [[batch, n]], "forward")
+            op("aten::threshold_backward", [[batch, n], [batch, n], []], "backward",
+               dtypes=["float", "float", "Scalar"])
+        params += [[n, k], [n]]
+    op("aten::_log_softmax", [[batch, 1000], [], []], "forward", dtypes=["float", "Scalar", "Scalar"])
+    op("aten::nll_loss_forward", [[batch, 1000], [batch], [], [], []], "forward",
+       dtypes=["float", "long int", "", "Scalar", "Scalar"])
+    op("aten::nll_loss_backward", [[], [batch, 1000], [batch], [], [], [], []], "backward",
+       dtypes=["float", "float", "long int", "", "Scalar", "Scalar", "float"])
+    op("aten::_log_softmax_backward_data", [[batch, 1000], [batch, 1000], [], []], "backward",
+       dtypes=["float", "float", "Scalar", "Scalar"])
+    for shape in params:   # SGD: grad += wd * p; buf = m * buf + grad; p -= lr * buf
+        op("aten::add", [shape, shape, []], "optimizer", dtypes=["float", "float", "Scalar"])
+        op("aten::mul_", [shape, []], "optimizer", dtypes=["float", "double"])
+        op("aten::add_", [shape, shape, []], "optimizer", calls=2, dtypes=["float", "float", "Scalar"])
+    return ops
+
+
+@needs_shared
+def test_alexnet_step_estimate_matches_the_real_npu_run():
+    """Shares and totals of the 910B AlexNet b32 run, rank 0 (DDP over 2), from its raw CSVs."""
+    from opscope.analysis.npu_estimate import build_basis, price
+    kernels = [r for r in _raw(ALEX / "kernel_details.csv") if not r["Type"].startswith("hcom_")]
+    total = sum(float(r["Duration(us)"]) for r in kernels)
+    cube_share = sum(float(r["Duration(us)"]) for r in kernels if r["Type"] in CUBE) / total
+    transdata = [r for r in kernels if r["Type"] == "TransData"]
+    transdata_share = sum(float(r["Duration(us)"]) for r in transdata) / total
+    computing = float(_raw(ALEX / "step_trace_time.csv")[0]["Computing"])
+
+    basis = build_basis(_alexnet_operators(), [Step(index=1), Step(index=2)])
+    est = price(basis, "Ascend910B2", world_sizes=[1, 2])
+    step = est["step"]
+    predicted_cube = sum(v for k, v in step["kernel_types_us"].items() if k in CUBE | {"BatchMatMulV2"})
+    two = {w["devices"]: w for w in step["per_world_size"]}[2]   # the measured run: DDP over 2 NPUs
+    assert step["transdata_kernels"] == len(transdata)
+    assert abs(two["device_us"] / computing - 1) <= 0.30
+    assert abs(step["transdata_us"] / two["device_us"] - transdata_share) <= 0.05
+    assert abs(predicted_cube / two["device_us"] - cube_share) <= 0.10
+    assert two["bound"] != "compute"
+    assert step["gradient_bytes"] == sum(math.prod(s) for s in [r for r in _alexnet_param_shapes()]) * 4
+    assert step["batch"] == 32
+
+
+def _alexnet_param_shapes():
+    convs = [(3, 64, 11), (64, 192, 5), (192, 384, 3), (384, 256, 3), (256, 256, 3)]
+    fcs = [(9216, 4096), (4096, 4096), (4096, 1000)]
+    return [s for ci, co, k in convs for s in ([co, ci, k, k], [co])] + [s for k, n in fcs for s in ([n, k], [n])]
+
+
+def test_910a_prices_matmul_format_conversions_and_a_slower_chip_is_slower():
+    from opscope.analysis.npu_estimate import build_basis, price
+    basis = build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])
+    b2, b4, a = (price(basis, chip)["step"] for chip in ("910B2", "910B4", "910A"))
+    assert b4["device_us"] > b2["device_us"]             # half the HBM bandwidth, fewer cores
+    assert a["transdata_kernels"] > b2["transdata_kernels"]  # ND <-> FRACTAL_NZ around each matmul
+
+
+@pytest.fixture(scope="module")
+def slow_scan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("slow_on_npu")
+    proc = run_opscope("scan", SCRIPTS / "train_slow_on_npu.py", "--steps", "3", "-o", out,
+                       "--format", "html,xlsx,md")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, proc.stdout
+
+
+def _line(text: str) -> str:
+    lines = (SCRIPTS / "train_slow_on_npu.py").read_text().splitlines()
+    return f"train_slow_on_npu.py:{next(i for i, line in enumerate(lines, start=1) if text in line)}"
+
+
+def test_slow_patterns_are_named_at_their_lines_above_the_convolutions(slow_scan):
+    out, _ = slow_scan
+    rows = load_scan(out)["npu_estimate"]["rows"]
+    rank = {i: r for i, r in enumerate(rows)}
+    conv = min(i for i, r in rank.items() if r["operator"].startswith("aten::convolution"))
+
+    def first(predicate):
+        return next(i for i, r in rank.items() if predicate(r))
+
+    attention = first(lambda r: "npu_fusion_attention" in r["operator"])
+    assert rank[attention]["source"] == _line("torch.matmul(q, k.transpose")
+    rms = first(lambda r: "npu_rms_norm" in r["operator"])
+    assert rank[rms]["source"] == _line("x.pow(2).mean")
+    aicpu = first(lambda r: "AI CPU" in r["reason"])
+    assert rank[aicpu]["source"] == _line("x[:, pad_index] = 0.0") and "int64" in rank[aicpu]["reason"]
+    aligned = first(lambda r: "K=1000" in r["reason"])
+    assert rank[aligned]["source"] == _line("self.fc2(torch.relu")
+    assert max(attention, rms, aicpu, aligned) < conv
+    step = load_scan(out)["npu_estimate"]["step"]
+    assert step["per_world_size"][0]["bound"] == "aicpu"   # the IndexPut dominates the step
+
+
+def test_every_report_has_the_estimate_section_right_after_the_fixes(slow_scan):
+    out, stdout = slow_scan
+    assert stdout.index("What to change") < stdout.index("What will be slow on Ascend910B2 (estimate)") \
+        < stdout.index("on this machine")
+    md = (out / "report.md").read_text()
+    assert md.index("## Top things to fix") < md.index("## What will be slow on Ascend910B2 (estimate)") \
+        < md.index("## Operators that need work")
+    assert "Calibration:" in md and re.search(r"\| 1 \| aten::index_put_ \|", md)
+    html = (out / "report.html").read_text()
+    assert html.index('id="fixes"') < html.index('id="npu-estimate"') < html.index('id="summary"')
+    from openpyxl import load_workbook
+    wb = load_workbook(out / "report.xlsx")
+    assert wb.sheetnames.index("NPU estimate") == wb.sheetnames.index("Fixes") + 1
+    cells = [c.value for row in wb["NPU estimate"].iter_rows() for c in row if c.value]
+    assert any(str(v).startswith("calibration:") for v in cells) and "aten::index_put_" in cells
+
+
+def test_report_reprices_for_another_chip_from_option_or_config(slow_scan, tmp_path):
+    out, _ = slow_scan
+    proc = run_opscope("report", out, "--chip", "910B4", "--format", "md", "-o", tmp_path / "b4")
+    assert proc.returncode == 0, proc.stderr
+    assert "What will be slow on Ascend910B4" in (tmp_path / "b4" / "report.md").read_text()
+    (tmp_path / ".opscope.toml").write_text('chip = "910A"\n')
+    proc = run_opscope("report", out, "--format", "md", "-o", tmp_path / "a", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "What will be slow on Ascend910A" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_load_gives_the_estimate_as_a_dataframe(slow_scan):
+    import opscope
+    out, _ = slow_scan
+    frame = opscope.load(out).npu_estimate
+    assert frame.attrs["chip"] == "Ascend910B2" and frame.attrs["estimate"] is True
+    assert list(frame["npu_time_us"]) == sorted(frame["npu_time_us"], reverse=True)
+    assert frame.iloc[0]["operator"] == "aten::index_put_"
+
+
+@needs_shared
+def test_diff_compares_the_estimate_with_a_kernel_details_only_export(slow_scan, tmp_path):
+    """The shared LLM run has no trace_view.json/.db: diff reads its kernels and steps for the comparison."""
+    import json
+    out, _ = slow_scan
+    llm_root = Path(LLM.format(0)).parents[1]
+    proc = run_opscope("diff", out, llm_root, "-o", tmp_path / "d", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cmp = json.loads((tmp_path / "d" / "estimate_vs_npu.json").read_text())
+    assert cmp["chip"] == "Ascend910B3"   # 20 cube cores in the profile's Block Dim
+    with_kernels = [Path(LLM.format(r)) for r in (0, 2)]
+    expected = []
+    for folder in with_kernels:
+        raw = _raw(folder / "kernel_details.csv")
+        steps = {r["Step Id"] for r in raw}
+        expected.append(sum(float(r["Duration(us)"]) for r in raw if r["Type"].startswith("MatMul")) / len(steps))
+    matmul = next(r for r in cmp["families"] if r["family"] == "matmul")
+    assert matmul["measured_us"] == pytest.approx(sum(expected) / len(expected), abs=0.1)
+    computing = [float(_raw(Path(LLM.format(r)) / "step_trace_time.csv")[0]["Computing"]) for r in range(4)]
+    row = next(r for r in cmp["steps"] if r["item"] == "computing")
+    assert row["measured_us"] == pytest.approx(sum(computing) / 4, abs=0.1)
+    assert row["ratio"] == pytest.approx(row["estimated_us"] / row["measured_us"], abs=0.01)
+    assert cmp["devices"] == 4 and len(cmp["ranks"]) == 4
+
+
+@needs_shared
+def test_calibrate_fits_unit_factors_that_later_reports_use(slow_scan, tmp_path):
+    import json
+
+    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, resolve_chip
+    from opscope.parsers.ascend_kernels import read_kernel_details
+    out, _ = slow_scan
+    profile = Path(LLM.format(0))
+    proc = run_opscope("calibrate", profile, "-o", tmp_path / "cal.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    entry = json.loads((tmp_path / "cal.json").read_text())["chips"]["Ascend910B3"]
+    _, chip = resolve_chip("910B3")
+    raw = _raw(profile / "kernel_details.csv")
+    cube = [(kernel_time_us(kernel_from_row(row), chip), float(real["Duration(us)"]))
+            for row, real in zip(read_kernel_details(profile / "kernel_details.csv"), raw)
+            if real["Accelerator Core"] == "AI_CORE"]
+    factor = entry["units"]["cube"]["factor"]
+    assert sum(p for p, _ in cube) * factor == pytest.approx(sum(m for _, m in cube), rel=1e-3)
+    # ./opscope-calibration.json is found without --calibration; the factors are per chip
+    (tmp_path / "cal.json").rename(tmp_path / "opscope-calibration.json")
+    proc = run_opscope("report", out, "--chip", "910B3", "--format", "md", "-o", tmp_path / "r", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "scaled by your own profiles" in md and f"cube x{factor:.2f}" in md
+
+
+def test_report_estimates_a_scan_json_written_before_the_estimate_existed(slow_scan, tmp_path):
+    import json
+    out, _ = slow_scan
+    data = json.loads((out / "scan.json").read_text())
+    data.pop("npu_estimate")
+    (tmp_path / "scan.json").write_text(json.dumps(data))
+    proc = run_opscope("report", tmp_path, "--format", "md", "-q")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report.md").read_text()
+    assert "## What will be slow on Ascend910B2 (estimate)" in md and "aten::index_put_" in md
+
+
+@pytest.mark.parametrize("dtype, slow", [("double", True), ("float", False), ("c10::BFloat16", False)])
+def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
+    from opscope.analysis.npu_estimate import estimate
+    op = Operator(name="aten::mm", input_shapes=[[1024, 1024], [1024, 1024]], dtypes=[dtype, dtype], phase="forward",
+                  calls=1, steps=[2], source="train.py:3", verdict="native")
+    row = estimate([op], [Step(index=1), Step(index=2)])["rows"][0]
+    assert ("AI CPU" in row["reason"]) is slow
+    assert (row["aicpu_us"] > 0) is slow and (row["cube_us"] > 0) is not slow
+
+
+def test_per_parameter_sgd_ops_become_one_optimizer_row_naming_the_fused_optimizer():
+    from opscope.analysis.npu_estimate import build_basis, price
+    rows = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)]))["rows"]
+    optimizer = [r for r in rows if r["operator"].startswith("optimizer step")]
+    assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in optimizer[0]["fix"]
+    members = [r for r in rows if r["phase"] == "optimizer" and r["kind"] == "operator"]
+    assert optimizer[0]["npu_time_us"] == pytest.approx(sum(r["npu_time_us"] for r in members), abs=0.1)
