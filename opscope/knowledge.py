@@ -28,7 +28,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
-    "runtime_remaps.yaml": {"rules": dict},
+    "runtime_remaps.yaml": {"rules": dict, "device": dict, "stand_in": dict, "wrappers": dict},
     "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,
                               "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "skip": dict,
                               "inputs": dict},

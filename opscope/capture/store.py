@@ -32,10 +32,10 @@ def load_capture(out_dir: Path):
                 record["op_calls"] = [OpCall(**dict(zip(columns, row))) for row in record.pop("calls")]
                 records.append(record)
     findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
-    return records_to_capture(records, findings, runtime.get("dataloaders", {}))
+    return records_to_capture(records, findings, runtime.get("dataloaders", {}), runtime.get("precision"))
 
 
-def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
+def records_to_capture(records: list[dict], findings: list, dataloaders: dict, precision: dict | None = None):
     calls: list[OpCall] = []
     steps: list[Step] = []
     side: dict[int, dict] = {}
@@ -54,4 +54,5 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
         side[record["step"]] = record.get("side", {})
         if record.get("trace"):
             traces.append(record["trace"])
-    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders}
+    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
+                                                  "precision": precision}

@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     formats = list(args.format)
     if args.static_only:
         return _static_only(script, Path(args.out), formats, args.quiet)
+    from opscope.capture.wrappers import unwrap
+    wrapped = unwrap(args.script, list(args.script_args))   # `-- accelerate launch ... train.py ARGS`
+    if wrapped is not None:
+        script, args.script_args = Path(wrapped.script), wrapped.args
     if not script.exists():
         raise UserError(f"script not found: {script} (check the path; script arguments go after `--`)")
     if script.is_dir() or script.suffix not in (".py", ""):
@@ -109,9 +113,20 @@ def run(args: argparse.Namespace) -> int:
     resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
     from opscope.capture.runner import run_script
     from opscope.capture import distributed as dist_launch
-    plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
+    launcher, world_size = args.launcher, args.world_size
+    if wrapped is not None and wrapped.wrapper != "python":
+        if not args.quiet:
+            console.print(f"opscope: {wrapped.describe()}")
+        if launcher == "auto" and wrapped.world_size > 1:   # the wrapper starts the ranks (torch.distributed.run)
+            launcher, world_size = "torchrun", world_size or wrapped.world_size
+        elif launcher == "auto":
+            launcher = "none"
+    plan = dist_launch.resolve(launcher, script, world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
+    if wrapped is not None and wrapped.wrapper != "python":
+        settings["wrapper"] = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
+                               "mixed_precision": wrapped.precision, "env": wrapped.env}
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
@@ -140,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
                                               "max_capture_mb": args.max_capture_mb},
-                             distributed=plan, max_memory_mb=args.max_memory)
+                             distributed=plan, max_memory_mb=args.max_memory,
+                             env=wrapped.env if wrapped is not None else None)
     finally:
         status.stop()
     result = None
