@@ -416,7 +416,7 @@ class CudaRemapper:
         @functools.wraps(orig_scaler)
         def scaler_init(this, device="cuda", *args, **kwargs):
             if device == "cuda":
-                rec("cuda-amp-gradscaler", "torch.cuda.amp.GradScaler", depth=2)
+                rec("cuda-amp-gradscaler", "GradScaler('cuda')", depth=2)
                 enabled = kwargs.get("enabled", args[4] if len(args) > 4 else True)
                 self._request("grad_scaler", "enabled" if enabled else "disabled")
                 device = "cpu"

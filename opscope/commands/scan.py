@@ -19,7 +19,10 @@ def register(sub) -> None:
                        description="Run an unmodified training script for a few steps under the PyTorch "
                                    "profiler, then report every operator, dynamic shapes, CUDA-only APIs and "
                                    "torch_npu support verdicts.  Script arguments go after `--`.")
-    p.add_argument("script", help="the training script (run as __main__), or a file/folder with --static-only")
+    p.add_argument("script", nargs="?", default=None,
+                   help="the training script (run as __main__), or a file/folder with --static-only; or, after "
+                        "`--`, the launch command as typed (`-- accelerate launch|torchrun|deepspeed|lightning run "
+                        "model [opts] train.py ARGS`)")
     p.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments passed to the script")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps to capture (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=0,
@@ -84,6 +87,9 @@ def _check_compiles(script: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     console = Console(stderr=True)
+    if args.script is None:
+        raise UserError("give the training script: opscope scan train.py [-- ARGS], or the launch command after "
+                        "`--`: opscope scan -- accelerate launch train.py ARGS")
     script = Path(args.script)
     formats = list(args.format)
     if args.static_only:
