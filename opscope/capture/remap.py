@@ -29,7 +29,10 @@ def _stand_in() -> dict:
     return {"device": data.get("device") or {}, "apis": data.get("stand_in") or {}}
 
 
-_TORCH_CUDA_WRAPPERS = ("/torch/cuda/", "/torch/amp/", "/torch/backends/", "/torch/distributed/distributed_c10d")
+def _torch_self_probes() -> tuple[str, ...]:
+    """Paths of torch modules that call torch.cuda on their own (``torch_self_probes`` in the yaml)."""
+    from opscope.knowledge import load
+    return tuple(load("runtime_remaps.yaml").get("torch_self_probes") or ())
 
 
 def _library_of(filename: str) -> str | None:
@@ -58,15 +61,17 @@ class RuntimeFindings:
         self.user_code = user_code
         self.items: dict[tuple, Finding] = {}
         self._library_apis: dict[tuple, dict[str, list[str]]] = {}
+        self._probes = _torch_self_probes()
         self.precision: dict = {"autocast": [], "grad_scaler": [], "libraries": []}
 
     def caller(self, depth: int) -> tuple[str, tuple[str, int] | None, str | None]:
         """Who made the call ``depth`` frames up: ("user"|"library"|"torch", user file:line, library).
 
-        Frames of torch's own CUDA/AMP wrappers (``torch.cuda.amp.autocast`` calling
-        ``torch.autocast``) and of opscope are looked through; any other torch frame means
-        torch itself made the call (``torch.manual_seed`` seeding CUDA too): "torch".
+        Frames of torch (``Module.__call__``, ``torch.cuda.amp.autocast`` calling ``torch.autocast``)
+        and of opscope are looked through, except torch modules that probe CUDA on their own
+        (``torch.manual_seed`` seeding CUDA too, ``fork_rng``): then torch made the call, "torch".
         """
+        probes = self._probes
         frame = sys._getframe(depth + 1)
         who, library = None, None
         while frame is not None:
@@ -79,7 +84,7 @@ class RuntimeFindings:
                 library = _library_of(filename)
                 if library is not None:
                     who = "library"
-                elif "/torch/" in norm and not any(p in norm for p in _TORCH_CUDA_WRAPPERS):
+                elif "/torch/" in norm and any(p in norm for p in probes):
                     who = "torch"
             frame = frame.f_back
         return who or "torch", None, library
@@ -176,6 +181,13 @@ class _FakeStream:
 
     def query(self):
         return True
+
+    def is_capturing(self):
+        return False
+
+    cuda_stream = 0
+    priority = 0
+    device = None
 
 
 class _FakeProps:
@@ -348,7 +360,8 @@ class CudaRemapper:
 
             def fn(*args, **kwargs):
                 # the script and its libraries see the stand-in; torch's own internals keep the real answer
-                if original is not None and remapper.findings.caller(1)[0] == "torch":
+                caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+                if original is not None and "/torch/" in caller:
                     return original(*args, **kwargs)
                 rec("accelerator-api", f"torch.accelerator.{api}()")
                 return result() if callable(result) else result
@@ -360,7 +373,8 @@ class CudaRemapper:
                  "synchronize": None, "empty_cache": None, "memory_allocated": 0,
                  "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0,
                  "reset_peak_memory_stats": None, "memory_stats": dict,
-                 "device_index": lambda: contextlib.nullcontext()}
+                 "device_index": lambda: contextlib.nullcontext(), "current_stream": _FakeStream,
+                 "get_memory_info": lambda: (0, 0)}
         for api, result in table.items():
             if hasattr(acc, api):
                 self._patch(acc, api, fake(api, result))
