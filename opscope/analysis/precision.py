@@ -20,7 +20,7 @@ def recorded_dtypes(operators) -> dict[str, int]:
     for op in operators:
         if op.phase == "other" and not set(op.phases or []) - {"other"}:
             continue   # set-up (weight init, data preparation) says nothing about training precision
-        for dtype in {names.get(d) for d in op.dtypes or []} & set(_MIXED):
+        for dtype in {str(names.get(d)) for d in op.dtypes or []} & set(_MIXED):
             counts[dtype] = counts.get(dtype, 0) + int(op.calls or 0)
     return counts
 

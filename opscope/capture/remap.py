@@ -11,6 +11,7 @@ import contextlib
 import functools
 import sys
 import time
+from types import FrameType
 
 import torch
 
@@ -72,7 +73,7 @@ class RuntimeFindings:
         (``torch.manual_seed`` seeding CUDA too, ``fork_rng``): then torch made the call, "torch".
         """
         probes = self._probes
-        frame = sys._getframe(depth + 1)
+        frame: FrameType | None = sys._getframe(depth + 1)
         who, library = None, None
         while frame is not None:
             filename = frame.f_code.co_filename
@@ -353,7 +354,6 @@ class CudaRemapper:
         acc = getattr(torch, "accelerator", None)
         if acc is None:
             return
-        remapper = self
 
         def fake(api, result=None):
             original = getattr(acc, api, None)
@@ -383,7 +383,6 @@ class CudaRemapper:
         """Module.cuda()/.to('cuda') on modules without tensors never reach a torch call."""
         module_cls = torch.nn.Module
         orig_to = module_cls.to
-        remapper = self
 
         def mark(module):
             for t in list(module.parameters()) + list(module.buffers()):
