@@ -234,3 +234,14 @@ def test_timm_train_runs_one_process_with_native_amp(tmp_path):
     data = load_scan(tmp_path)
     assert "distributed" not in data["settings"]
     assert _complete(data) == 2 and "c10::Half" in _dtypes(data) and SCALER_OPS <= _names(data)
+
+
+def test_a_wrappers_precision_that_did_not_run_is_said():
+    from opscope.analysis.precision import precision_summary
+    from opscope.capture.wrappers import unwrap
+    from opscope.model import Operator
+    launched = unwrap("accelerate", ["launch", "--mixed_precision", "fp16", str(FRAMEWORKS / "accelerate_loop.py")])
+    assert launched.dtype == "float16"
+    fp32 = [Operator(name="aten::addmm", dtypes=["float", "float", "float"], calls=4, phase="forward")]
+    summary = precision_summary({}, fp32, "cpu", launched.dtype)
+    assert summary["requested"] == ["float16"] and "float16" in summary["note"]

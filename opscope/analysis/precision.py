@@ -31,10 +31,15 @@ def _scaler_ran(operators) -> bool:
                for op in operators)
 
 
-def precision_summary(requested: dict | None, operators, device: str) -> dict:
-    """``{requested, recorded, grad_scaler, note}`` for scan.json's summary (note None when consistent)."""
+def precision_summary(requested: dict | None, operators, device: str, launch_dtype: str | None = None) -> dict:
+    """``{requested, recorded, grad_scaler, note}`` for scan.json's summary (note None when consistent).
+
+    ``launch_dtype``: the dtype a launch wrapper asked for (``accelerate launch --mixed_precision fp16``).
+    """
     requested = requested or {}
     asked = [d for d in requested.get("autocast") or [] if d in _MIXED]
+    if launch_dtype in _MIXED and launch_dtype not in asked:
+        asked.append(launch_dtype)
     scaler = requested.get("grad_scaler") or []
     recorded = recorded_dtypes(operators)
     scaler_ran = _scaler_ran(operators)

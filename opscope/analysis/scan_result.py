@@ -85,17 +85,17 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
-    _add_precision(result, meta.get("precision"), device)
+    _add_precision(result, meta.get("precision"), device, (settings.get("wrapper") or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
 
 
-def _add_precision(result: ScanResult, requested: dict | None, device: str) -> None:
+def _add_precision(result: ScanResult, requested: dict | None, device: str, launch_dtype: str | None) -> None:
     """summary["precision"]: requested vs recorded dtypes; a mismatch is also a note (the headline may show it)."""
     from opscope.analysis.precision import precision_summary
     if result.summary is None:
         return
-    precision = precision_summary(requested, result.operators, device)
+    precision = precision_summary(requested, result.operators, device, launch_dtype)
     result.summary["precision"] = precision
     if precision["note"]:
         result.notes.insert(0, f"precision: {precision['note']}")

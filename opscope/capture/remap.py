@@ -1,9 +1,14 @@
 """Run a GPU training script on a machine without a GPU, and record every CUDA API it used.
 
-Only active when the scan runs on the CPU while the script asks for CUDA.  Each remap
-that fires becomes a ``Finding`` (origin ``runtime``) at the user's file:line, with the
-same rule ids as the static scan (``support_matrix/cuda_api_rules.yaml``) so the two
-de-duplicate.  On a real GPU or NPU nothing here is installed.
+Only active when the scan runs on the CPU while the script asks for CUDA.  ``torch.cuda``
+then answers as a CPU stand-in for the GPU the script was written for (an A100-class
+device: ``device:``/``stand_in:`` in ``support_matrix/runtime_remaps.yaml``) to every
+caller, the script and the frameworks it uses alike, so they take their GPU code path
+(CUDA autocast and GradScaler run as their CPU counterparts in the requested dtype) while
+every tensor stays on the CPU.  Each remap that fires becomes a ``Finding`` (origin
+``runtime``) at the user's file:line, with the same rule ids as the static scan
+(``support_matrix/cuda_api_rules.yaml``) so the two de-duplicate.  On a real GPU or NPU
+nothing here is installed.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from types import FrameType
 import torch
 
 from opscope.model import Finding
+
 
 def _rules() -> dict:
     """rule id -> message, replacement, became, severity (``support_matrix/runtime_remaps.yaml``)."""

@@ -25,6 +25,7 @@ class Wrapped:
     world_size: int = 1
     env: dict = field(default_factory=dict)
     precision: str | None = None
+    dtype: str | None = None     # the autocast dtype that precision asks for (float16, bfloat16)
 
     def describe(self) -> str:
         extra = f", mixed precision {self.precision}" if self.precision else ""
@@ -76,7 +77,7 @@ def _parse(name: str, spec: dict, args: list[str]) -> Wrapped:
     precision = spec.get("precision") or {}
     env_flags = dict(spec.get("env_flags") or {})
     switches = set(spec.get("switches") or [])
-    world, env, mixed = 1, {}, None
+    world, env, mixed, dtype = 1, {}, None, None
     i = 0
     while i < len(args):
         arg = args[i]
@@ -97,6 +98,7 @@ def _parse(name: str, spec: dict, args: list[str]) -> Wrapped:
                 world = 1   # "gpu"/"auto": every GPU of the machine; opscope scans one
         if flag in (precision.get("flags") or []):
             mixed = value
+            dtype = (precision.get("dtypes") or {}).get(value)
             env[precision["env"]] = value
         if flag in env_flags:
             env[env_flags[flag]] = value
@@ -105,4 +107,4 @@ def _parse(name: str, spec: dict, args: list[str]) -> Wrapped:
     script, rest = args[i], args[i + 1:]
     if not os.path.exists(script):
         raise UserError(f"script not found: {script} (the script the {name} command runs)")
-    return Wrapped(name, script, rest, world, env, mixed)
+    return Wrapped(name, script, rest, world, env, mixed, dtype)

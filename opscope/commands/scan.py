@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
     if wrapped is not None and wrapped.wrapper != "python":
         settings["wrapper"] = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
-                               "mixed_precision": wrapped.precision, "env": wrapped.env}
+                               "mixed_precision": wrapped.precision, "dtype": wrapped.dtype, "env": wrapped.env}
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
