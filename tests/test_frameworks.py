@@ -245,3 +245,29 @@ def test_a_wrappers_precision_that_did_not_run_is_said():
     fp32 = [Operator(name="aten::addmm", dtypes=["float", "float", "float"], calls=4, phase="forward")]
     summary = precision_summary({}, fp32, "cpu", launched.dtype)
     assert summary["requested"] == ["float16"] and "float16" in summary["note"]
+
+
+@needs_cpu
+@pytest.mark.slow
+def test_every_cuda_query_answers_as_the_stand_in_device(tmp_path):
+    import json
+
+    from opscope.knowledge import load
+    proc = scan(tmp_path, FRAMEWORKS / "gpu_report_train.py", steps=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(next(line for line in proc.stdout.splitlines()
+                             if line.startswith("GPU-REPORT "))[len("GPU-REPORT "):])
+    device = load("runtime_remaps.yaml")["device"]
+    assert (report["name"], report["capability"], report["total_memory"], report["sms"]) == (
+        device["name"], device["capability"], device["total_memory"], device["multi_processor_count"])
+    assert report["available"] and report["count"] == 1 and report["bf16"] is device["bf16_supported"]
+    assert report["nccl"] and report["cuda_built"] and report["cudnn"] and report["rng_state_bytes"] > 0
+    assert report["autocast_on"] and report["autocast_dtype"] == "torch.bfloat16" and report["step_ms"]
+    data = load_scan(tmp_path)
+    assert _complete(data) == 2 and "c10::BFloat16" in _dtypes(data)
+    rules = {(f["rule"], f["line"]) for f in data["findings"]}
+    assert ("cuda-rng", _line_of("gpu_report_train.py", "torch.cuda.get_rng_state()")) in rules
+    assert ("nccl-available", _line_of("gpu_report_train.py", "dist.is_nccl_available()")) in rules
+    # torch.random.fork_rng saves the CUDA RNG state itself: answered, but not the script's own CUDA call
+    fork = _line_of("gpu_report_train.py", "fork_rng(devices=[0])")
+    assert not [r for r, line in rules if line == fork and r == "cuda-rng"]
