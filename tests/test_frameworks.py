@@ -271,3 +271,14 @@ def test_every_cuda_query_answers_as_the_stand_in_device(tmp_path):
     # torch.random.fork_rng saves the CUDA RNG state itself: answered, but not the script's own CUDA call
     fork = _line_of("gpu_report_train.py", "fork_rng(devices=[0])")
     assert not [r for r, line in rules if line == fork and r == "cuda-rng"]
+
+
+@needs_cpu
+@pytest.mark.slow
+def test_lightning_run_model_hands_its_precision_to_fabric(tmp_path):
+    proc = scan(tmp_path, "lightning", "run", "model", "--accelerator", "cuda", "--precision", "16-mixed",
+                FRAMEWORKS / "fabric_train.py", steps=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = load_scan(tmp_path)
+    assert data["settings"]["wrapper"]["env"]["LT_PRECISION"] == "16-mixed"
+    assert _complete(data) == 2 and "c10::Half" in _dtypes(data) and SCALER_OPS <= _names(data)

@@ -44,6 +44,7 @@ def precision_summary(requested: dict | None, operators, device: str, launch_dty
     recorded = recorded_dtypes(operators)
     scaler_ran = _scaler_ran(operators)
     notes = []
+    trained = any(op.phase != "other" or set(op.phases or []) - {"other"} for op in operators)
     missing = [d for d in asked if not recorded.get(d)]
     if missing:
         got = ", ".join(sorted(recorded)) or "float32 only"
@@ -62,5 +63,5 @@ def precision_summary(requested: dict | None, operators, device: str, launch_dty
         "recorded_calls": recorded,
         "grad_scaler": {"requested": "enabled" in scaler, "recorded": scaler_ran},
         "frameworks": libraries,
-        "note": "; ".join(notes) or None,
+        "note": ("; ".join(notes) or None) if trained else None,   # nothing trained: said elsewhere
     }

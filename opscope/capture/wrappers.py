@@ -77,7 +77,8 @@ def _parse(name: str, spec: dict, args: list[str]) -> Wrapped:
     precision = spec.get("precision") or {}
     env_flags = dict(spec.get("env_flags") or {})
     switches = set(spec.get("switches") or [])
-    world, env, mixed, dtype = 1, {}, None, None
+    world, mixed, dtype = 1, None, None
+    env = {str(k): str(v) for k, v in (spec.get("set_env") or {}).items()}
     i = 0
     while i < len(args):
         arg = args[i]
