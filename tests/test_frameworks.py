@@ -122,8 +122,9 @@ def test_precision_mismatch_is_said():
     ok = precision_summary(asked, half, "cpu")
     assert ok["recorded"] == ["float16"] and ok["grad_scaler"] == {"requested": True, "recorded": True}
     assert ok["note"] is None
-    unasked = precision_summary({}, half, "cpu")
-    assert "CPU-only" in unasked["note"]
+    assert precision_summary({}, half, "cpu")["note"] is None    # model.half() / CPU autocast by the script
+    cpu_path = precision_summary({"cpu_autocast": ["lightning (bfloat16)"]}, half, "cpu")
+    assert "lightning (bfloat16)" in cpu_path["note"] and "CPU-only" in cpu_path["note"]
 
 
 # -- scans -------------------------------------------------------------------------------------

@@ -54,9 +54,10 @@ def precision_summary(requested: dict | None, operators, device: str, launch_dty
         notes.append("a GradScaler was enabled but none of its work (unscale, inf check, scale update) was "
                      "recorded")
     libraries = requested.get("libraries") or []
-    if not asked and recorded and device == "cpu":
-        notes.append(f"operators ran in {', '.join(sorted(recorded))} without a CUDA autocast request: the "
-                     "framework may have taken a CPU-only mixed-precision path")
+    cpu_paths = requested.get("cpu_autocast") or []
+    if cpu_paths:
+        notes.append(f"CPU autocast was entered by {', '.join(cpu_paths)}: the framework took its CPU-only "
+                     "mixed-precision path, not the one it takes on the GPU")
     return {
         "requested": asked or (["float32"] if device == "cpu" else []),
         "recorded": sorted(recorded) or ["float32"],

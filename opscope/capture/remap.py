@@ -427,6 +427,11 @@ class CudaRemapper:
                 if enabled:
                     self._request("autocast", name)
                 device_type = "cpu"
+            elif device_type == "cpu" and enabled:   # a framework that saw no GPU takes its CPU path
+                who, _, library = self.findings.caller(1)
+                if who == "library" and library:
+                    name = str(dtype or torch.get_autocast_dtype("cpu")).replace("torch.", "")
+                    self._request("cpu_autocast", f"{library} ({name})")
             return orig_init(this, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
         self._patch(autocast_mode.autocast, "__init__", autocast_init)
