@@ -141,7 +141,7 @@ def test_nanogpt_train_is_one_process_in_bf16_as_on_an_a100(tmp_path):
     assert precision["requested"] == ["bfloat16"] and precision["recorded"] == ["bfloat16"]
     assert precision["grad_scaler"]["requested"] is False     # GradScaler(enabled=(dtype == 'float16'))
     found = {(f["rule"], f["line"]) for f in data["findings"]}
-    assert ("cuda-bf16-supported", _line_of("nanogpt_train.py", "torch.cuda.is_bf16_supported()")) in found
+    assert ("cuda-api", _line_of("nanogpt_train.py", "torch.cuda.is_bf16_supported()")) in found
     assert ("cuda-amp-gradscaler", _line_of("nanogpt_train.py", "scaler = torch.cuda.amp.GradScaler(")) in found
     assert ("nccl-backend", _line_of("nanogpt_train.py", "backend = 'nccl'")) in found
     assert any(rule == "cuda-device" for rule, _ in found)
@@ -267,11 +267,11 @@ def test_every_cuda_query_answers_as_the_stand_in_device(tmp_path):
     data = load_scan(tmp_path)
     assert _complete(data) == 2 and "c10::BFloat16" in _dtypes(data)
     rules = {(f["rule"], f["line"]) for f in data["findings"]}
-    assert ("cuda-rng", _line_of("gpu_report_train.py", "torch.cuda.get_rng_state()")) in rules
+    assert ("cuda-manual-seed", _line_of("gpu_report_train.py", "torch.cuda.get_rng_state()")) in rules
     assert ("nccl-available", _line_of("gpu_report_train.py", "dist.is_nccl_available()")) in rules
     # torch.random.fork_rng saves the CUDA RNG state itself: answered, but not the script's own CUDA call
     fork = _line_of("gpu_report_train.py", "fork_rng(devices=[0])")
-    assert not [r for r, line in rules if line == fork and r == "cuda-rng"]
+    assert not [r for r, line in rules if line == fork and r == "cuda-manual-seed"]
 
 
 @needs_cpu
