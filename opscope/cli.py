@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if rest:
         if not hasattr(args, "script_args"):
             parser.error(f"`{args.command}` takes no script arguments after `--`")
+        if getattr(args, "script", "") is None:   # `opscope scan -- accelerate launch train.py ...`
+            args.script, rest = rest[0], rest[1:]
         args.script_args = list(args.script_args or []) + rest
     if not getattr(args, "func", None):
         parser.print_help()

@@ -94,7 +94,7 @@ def test_launch_plan_options():
     assert parse_ranks("all", 3) == [0, 1, 2]
     with pytest.raises(UserError, match="outside the world size"):
         parse_ranks("5", 2)
-    with pytest.raises(UserError, match="distributed script"):
+    with pytest.raises(UserError, match="distributed launch"):
         resolve("auto", SCRIPTS / "gpu_style_train.py", 4, "0")
 
 

@@ -87,6 +87,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
     _add_npu_estimate(result, calls, settings.get("chip"), settings.get("calibration"))
+    _add_precision(result, meta.get("precision"), device, (settings.get("wrapper") or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
 
@@ -100,6 +101,17 @@ def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: 
         result.npu_estimate = estimate(result.operators, result.steps, calls, chip, factors, source)
     except Exception as exc:   # noqa: BLE001  # an estimate must not cost the user the scan
         result.notes.append(f"NPU time estimate not computed: {type(exc).__name__}: {exc}")
+
+
+def _add_precision(result: ScanResult, requested: dict | None, device: str, launch_dtype: str | None) -> None:
+    """summary["precision"]: requested vs recorded dtypes; a mismatch is also a note (the headline may show it)."""
+    from opscope.analysis.precision import precision_summary
+    if result.summary is None:
+        return
+    precision = precision_summary(requested, result.operators, device, launch_dtype)
+    result.summary["precision"] = precision
+    if precision["note"]:
+        result.notes.insert(0, f"precision: {precision['note']}")
 
 
 def unrecorded_notes(steps) -> list[str]:

@@ -52,26 +52,37 @@ _LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
 # -- which launcher -----------------------------------------------------------------------
 def detect_launcher(script) -> tuple[str, str | None]:
-    """('spawn'|'torchrun'|'none', the script's --local_rank flag spelling or None), from its source."""
+    """('spawn'|'torchrun'|'none', the script's --local_rank flag spelling or None), from its source.
+
+    A script that only *reads* the launcher's environment with a fallback
+    (``int(os.environ.get('RANK', -1)) != -1``, ``if 'WORLD_SIZE' in os.environ``) runs as one
+    process, as its user runs it; it is torchrun-style only when it cannot run without a
+    launcher: it reads RANK/LOCAL_RANK/... without a default, initialises an env:// process
+    group, or requires ``--local_rank``, outside any ``if``.
+    """
     try:
         tree = ast.parse(Path(script).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return "none", None
     aliases: dict[str, str] = {}
+    parents: dict[ast.AST, ast.AST] = {}
     for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
         if isinstance(node, ast.Import):
             for a in node.names:
                 aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for a in node.names:
                 aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    spawn = env = process = init = False
+    spawn = process = init = needs = False
     flag = None
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            env = env or node.value in _RANK_ENV_NAMES
             if node.value in _LOCAL_RANK_FLAGS and flag is None:
                 flag = node.value
+        elif isinstance(node, ast.Subscript) and _is_rank_env_read(node, aliases):
+            needs = needs or not _conditional(node, parents)
         elif isinstance(node, ast.Call):
             name = _qualname(node.func, aliases)
             if name in _SPAWN_CALLS:
@@ -80,12 +91,59 @@ def detect_launcher(script) -> tuple[str, str | None]:
                 process = True
             elif name and name.split(".")[-1] == "init_process_group":
                 init = True
-                env = env or _env_rendezvous(node)
+                needs = needs or (_env_rendezvous(node) and not _conditional(node, parents))
+            elif _required_rank_flag(node) or _int_of_env_without_default(node, aliases):
+                needs = needs or not _conditional(node, parents)
     if spawn or (process and init):   # ranks started by the script itself (spawn, or one Process per rank)
         return "spawn", flag
-    if env or flag:
+    if needs:
         return "torchrun", flag
     return "none", None
+
+
+def _is_rank_env_read(node: ast.Subscript, aliases) -> bool:
+    """``os.environ["RANK"]`` read (not assigned)."""
+    key = node.slice
+    return (isinstance(node.ctx, ast.Load) and isinstance(key, ast.Constant) and key.value in _RANK_ENV_NAMES
+            and (_qualname(node.value, aliases) or "").endswith("environ"))
+
+
+def _int_of_env_without_default(call: ast.Call, aliases) -> bool:
+    """``int(os.environ.get("RANK"))`` / ``int(os.getenv("LOCAL_RANK"))``: fails without a launcher."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "int" and call.args):
+        return False
+    inner = call.args[0]
+    if not isinstance(inner, ast.Call) or len(inner.args) != 1 or inner.keywords:
+        return False
+    name = _qualname(inner.func, aliases) or ""
+    key = inner.args[0]
+    return (name.endswith(("environ.get", "getenv")) and isinstance(key, ast.Constant)
+            and key.value in _RANK_ENV_NAMES)
+
+
+def _required_rank_flag(call: ast.Call) -> bool:
+    """``parser.add_argument("--local_rank", ..., required=True)`` (torch.distributed.launch passes it)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
+        return False
+    names = {a.value for a in call.args if isinstance(a, ast.Constant)}
+    required = next((k.value for k in call.keywords if k.arg == "required"), None)
+    return bool(names & set(_LOCAL_RANK_FLAGS)) and isinstance(required, ast.Constant) and required.value is True
+
+
+def _conditional(node: ast.AST, parents: dict) -> bool:
+    """Under an ``if``/``try``/conditional expression/``or`` (other than ``if __name__ == "__main__"``)."""
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If) and child is not parent.test and not _is_main_guard(parent.test):
+            return True
+        if isinstance(parent, (ast.IfExp, ast.Try, ast.BoolOp)) and child is not getattr(parent, "test", None):
+            return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _is_main_guard(test: ast.AST) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__")
 
 
 def _is_context_process(func, aliases) -> bool:
@@ -126,8 +184,9 @@ def resolve(requested: str, script, world_size: int | None, ranks: str) -> dict 
     launcher = detected if requested == "auto" else requested
     if launcher == "none":
         if world_size not in (None, 1) or (ranks or "0") != "0":
-            raise UserError(f"--world-size/--ranks need a distributed script; {Path(script).name} does not call "
-                            "torch.multiprocessing.spawn or read RANK/LOCAL_RANK (use --launcher spawn|torchrun)")
+            raise UserError(f"--world-size/--ranks need a distributed launch; {Path(script).name} runs as one "
+                            "process (it does not call torch.multiprocessing.spawn, and reads RANK/LOCAL_RANK only "
+                            "with a fallback, if at all): use --launcher torchrun|spawn")
         return None
     world = world_size or DEFAULT_WORLD_SIZE
     return {"launcher": launcher, "world_size": world, "ranks": parse_ranks(ranks, world),

@@ -1,9 +1,14 @@
 """Run a GPU training script on a machine without a GPU, and record every CUDA API it used.
 
-Only active when the scan runs on the CPU while the script asks for CUDA.  Each remap
-that fires becomes a ``Finding`` (origin ``runtime``) at the user's file:line, with the
-same rule ids as the static scan (``support_matrix/cuda_api_rules.yaml``) so the two
-de-duplicate.  On a real GPU or NPU nothing here is installed.
+Only active when the scan runs on the CPU while the script asks for CUDA.  ``torch.cuda``
+then answers as a CPU stand-in for the GPU the script was written for (an A100-class
+device: ``device:``/``stand_in:`` in ``support_matrix/runtime_remaps.yaml``) to every
+caller, the script and the frameworks it uses alike, so they take their GPU code path
+(CUDA autocast and GradScaler run as their CPU counterparts in the requested dtype) while
+every tensor stays on the CPU.  Each remap that fires becomes a ``Finding`` (origin
+``runtime``) at the user's file:line, with the same rule ids as the static scan
+(``support_matrix/cuda_api_rules.yaml``) so the two de-duplicate.  On a real GPU or NPU
+nothing here is installed.
 """
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ import contextlib
 import functools
 import sys
 import time
+from types import FrameType
 
 import torch
 
 from opscope.model import Finding
+
 
 def _rules() -> dict:
     """rule id -> message, replacement, became, severity (``support_matrix/runtime_remaps.yaml``)."""
@@ -22,15 +29,80 @@ def _rules() -> dict:
     return load("runtime_remaps.yaml")["rules"]
 
 
+def _stand_in() -> dict:
+    """The device a CPU scan stands in for, and what each torch.cuda API answers (``runtime_remaps.yaml``)."""
+    from opscope.knowledge import load
+    data = load("runtime_remaps.yaml")
+    return {"device": data.get("device") or {}, "apis": data.get("stand_in") or {}}
+
+
+def _torch_self_probes() -> tuple[str, ...]:
+    """Paths of torch modules that call torch.cuda on their own (``torch_self_probes`` in the yaml)."""
+    from opscope.knowledge import load
+    return tuple(load("runtime_remaps.yaml").get("torch_self_probes") or ())
+
+
+def _library_of(filename: str) -> str | None:
+    """Top-level package of a site-packages file (``transformers``), None for torch, opscope, stdlib."""
+    norm = filename.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in norm:
+            top = norm.split(marker, 1)[1].split("/", 1)[0]
+            top = top[:-3] if top.endswith(".py") else top
+            return None if top in ("torch", "opscope", "typing_extensions") else top
+    return None
+
+
 class RuntimeFindings:
-    """Collects remap findings keyed by (rule, file, line)."""
+    """Collects remap findings keyed by (rule, file, line).
+
+    A CUDA call made by a library (transformers, accelerate, Lightning ...) is answered the
+    same way but recorded once per user line as ``framework-cuda`` naming the library and its
+    calls: the script cannot change that code, but the report lists every remap.  Calls made
+    by torch itself (``torch.manual_seed`` seeding CUDA too) are not the script's doing and
+    are not listed.  ``precision`` keeps what the script (or its framework) asked autocast and
+    GradScaler for, to compare with the dtypes the operators really ran in.
+    """
 
     def __init__(self, user_code):
         self.user_code = user_code
         self.items: dict[tuple, Finding] = {}
+        self._library_apis: dict[tuple, dict[str, list[str]]] = {}
+        self._probes = _torch_self_probes()
+        self.precision: dict = {"autocast": [], "grad_scaler": [], "libraries": []}
+
+    def caller(self, depth: int) -> tuple[str, tuple[str, int] | None, str | None]:
+        """Who made the call ``depth`` frames up: ("user"|"library"|"torch", user file:line, library).
+
+        Frames of torch (``Module.__call__``, ``torch.cuda.amp.autocast`` calling ``torch.autocast``)
+        and of opscope are looked through, except torch modules that probe CUDA on their own
+        (``torch.manual_seed`` seeding CUDA too, ``fork_rng``): then torch made the call, "torch".
+        """
+        probes = self._probes
+        frame: FrameType | None = sys._getframe(depth + 1)
+        who, library = None, None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            shown = self.user_code.display(filename)
+            if shown is not None:
+                return who or "user", (shown, frame.f_lineno), library
+            norm = filename.replace("\\", "/")
+            if who is None:
+                library = _library_of(filename)
+                if library is not None:
+                    who = "library"
+                elif "/torch/" in norm and any(p in norm for p in probes):
+                    who = "torch"
+            frame = frame.f_back
+        return who or "torch", None, library
 
     def record(self, rule: str, api: str, depth: int = 2, remapped: bool = True) -> None:
-        where = self.user_code.frame_of(sys._getframe(depth))
+        who, where, library = self.caller(depth)
+        if who == "torch":
+            return
+        if who == "library":
+            self._record_library(rule, api, where, library or "?")
+            return
         file, line = where if where else (None, None)
         key = (rule, file, line)
         found = self.items.get(key)
@@ -41,6 +113,26 @@ class RuntimeFindings:
         self.items[key] = Finding(rule=rule, file=file, line=line, api=api, message=spec["message"],
                                   replacement=spec.get("replacement"), severity=spec.get("severity", "warning"),
                                   origin="runtime", remapped_to=spec.get("became") if remapped else None)
+
+    def _record_library(self, rule: str, api: str, where, library: str) -> None:
+        file, line = where if where else (None, None)
+        key = ("framework-cuda", file, line)
+        apis = self._library_apis.setdefault(key, {})
+        calls = apis.setdefault(library, [])
+        if api not in calls:
+            calls.append(api)
+        if library not in self.precision["libraries"]:
+            self.precision["libraries"].append(library)
+        text = "; ".join(f"{lib}: {', '.join(names)}" for lib, names in apis.items())
+        found = self.items.get(key)
+        if found:
+            found.count += 1
+            found.api = text
+            return
+        spec = _rules()["framework-cuda"]
+        self.items[key] = Finding(rule="framework-cuda", file=file, line=line, api=text, message=spec["message"],
+                                  replacement=spec.get("replacement"), severity=spec.get("severity", "info"),
+                                  origin="runtime", remapped_to=spec.get("became"))
 
     def list(self) -> list[Finding]:
         return list(self.items.values())
@@ -97,12 +189,55 @@ class _FakeStream:
     def query(self):
         return True
 
+    def is_capturing(self):
+        return False
+
+    cuda_stream = 0
+    priority = 0
+    device = None
+
 
 class _FakeProps:
-    name = "opscope CPU remap"
-    total_memory = 0
-    major, minor = 0, 0
-    multi_processor_count = 0
+    """torch.cuda.get_device_properties() of the stand-in device (values from ``device:`` in the yaml)."""
+
+    def __init__(self, device: dict):
+        self.name = str(device.get("name", "CUDA device (opscope CPU stand-in)"))
+        self.major, self.minor = (list(device.get("capability") or [8, 0]) + [0, 0])[:2]
+        self.total_memory = int(device.get("total_memory", 0))
+        self.multi_processor_count = int(device.get("multi_processor_count", 0))
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.L2_cache_size = 0
+        self.uuid = "opscope-cpu-stand-in"
+
+    def __repr__(self):
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def _answers(remapper, device: dict) -> dict:
+    """What each answer name of ``stand_in:`` returns (a value, or a callable of the call's arguments)."""
+    props = _FakeProps(device)
+    return {
+        "true": lambda *a, **k: True,
+        "none": lambda *a, **k: None,
+        "zero": lambda *a, **k: 0,
+        "world_size": lambda *a, **k: remapper.device_count,
+        "device_index": lambda *a, **k: 0,
+        "device_name": lambda *a, **k: props.name,
+        "capability": lambda *a, **k: (props.major, props.minor),
+        "properties": lambda *a, **k: props,
+        "bf16": lambda *a, **k: bool(device.get("bf16_supported", True)),
+        "empty_dict": lambda *a, **k: {},
+        "empty_string": lambda *a, **k: "",
+        "rng_state": lambda *a, **k: torch.get_rng_state(),
+        "rng_states": lambda *a, **k: [torch.get_rng_state() for _ in range(remapper.device_count)],
+        "initial_seed": lambda *a, **k: torch.initial_seed(),
+        "stream": lambda *a, **k: _FakeStream(),
+        "null_context": lambda *a, **k: contextlib.nullcontext(),
+        "mem_info": lambda *a, **k: (props.total_memory, props.total_memory),
+        "arch_list": lambda *a, **k: list(device.get("arch_list") or []),
+    }
 
 
 class CudaRemapper:
@@ -138,6 +273,12 @@ class CudaRemapper:
             return args, kwargs, True, args[0]
         return args, kwargs, False, None
 
+    def _request(self, what: str, value: str) -> None:
+        """Remember a precision request (autocast dtype, GradScaler on/off) for the precision check."""
+        seen = self.findings.precision.setdefault(what, [])
+        if value not in seen:
+            seen.append(value)
+
     # -- module-level patches ---------------------------------------------------------
     def _patch(self, owner, attr, value):
         old = getattr(owner, attr, None)
@@ -149,53 +290,22 @@ class CudaRemapper:
         return self.user_code.display(frame.f_code.co_filename) is not None
 
     def install(self) -> None:
+        """torch.cuda answers as the stand-in device (``runtime_remaps.yaml``: device, stand_in) to every caller."""
         cuda = torch.cuda
         rec = self.findings.record
+        data = _stand_in()
+        self.device = data["device"]
+        answers = _answers(self, self.device)
 
-        def simple(rule, api, result=None, name=None):
-            """Fake for user calls; library code (e.g. torch.manual_seed) keeps the original."""
-            original = getattr(cuda, name) if name else None
-
+        def fake(rule, api, answer):
             def fn(*args, **kwargs):
-                if original is not None and not self._from_user():
-                    return original(*args, **kwargs)
-                rec(rule, api, depth=2)
-                return result() if callable(result) else result
+                rec(rule, f"torch.cuda.{api}()", depth=2)
+                return answer(*args, **kwargs)
+            fn.__name__ = api
             return fn
 
-        orig_available = cuda.is_available
-
-        def is_available():
-            if self._from_user():
-                rec("cuda-is-available", "torch.cuda.is_available()")
-                return True
-            return orig_available()
-
-        orig_count = cuda.device_count
-
-        def device_count():
-            if self._from_user():
-                rec("cuda-device-count", "torch.cuda.device_count()")
-                return self.device_count
-            return orig_count()
-
-        self._patch(cuda, "is_available", is_available)
-        self._patch(cuda, "device_count", device_count)
-        self._patch(cuda, "synchronize", simple("cuda-synchronize", "torch.cuda.synchronize()", name="synchronize"))
-        self._patch(cuda, "set_device", simple("cuda-set-device", "torch.cuda.set_device()", name="set_device"))
-        self._patch(cuda, "current_device", simple("cuda-current-device", "torch.cuda.current_device()", 0, name="current_device"))
-        self._patch(cuda, "get_device_name", simple("cuda-current-device", "torch.cuda.get_device_name()", _FakeProps.name, name="get_device_name"))
-        self._patch(cuda, "get_device_properties", simple("cuda-current-device", "torch.cuda.get_device_properties()", _FakeProps, name="get_device_properties"))
-        self._patch(cuda, "get_device_capability", simple("cuda-current-device", "torch.cuda.get_device_capability()", (0, 0), name="get_device_capability"))
-        for fn in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
-            self._patch(cuda, fn, simple("cuda-manual-seed", f"torch.cuda.{fn}()", name=fn))
-        for fn in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                   "memory_cached", "max_memory_cached"):
-            self._patch(cuda, fn, simple("cuda-memory", f"torch.cuda.{fn}()", 0, name=fn))
-        for fn in ("empty_cache", "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats"):
-            self._patch(cuda, fn, simple("cuda-memory", f"torch.cuda.{fn}()", name=fn))
-        self._patch(cuda, "memory_summary", simple("cuda-memory", "torch.cuda.memory_summary()", "", name="memory_summary"))
-        self._patch(cuda, "memory_stats", simple("cuda-memory", "torch.cuda.memory_stats()", dict, name="memory_stats"))
+        for api, (rule, answer) in data["apis"].items():
+            self._patch(cuda, api, fake(rule, api, answers[str(answer).lower()]))
 
         # classes, not functions: libraries use them in annotations (`torch.cuda.Stream | None`)
         class event(_FakeEvent):
@@ -208,16 +318,9 @@ class CudaRemapper:
                 rec("cuda-stream", "torch.cuda.Stream()")
                 super().__init__()
 
-        def stream_ctx(*args, **kwargs):
-            rec("cuda-stream", "torch.cuda.stream()")
-            return contextlib.nullcontext()
-
         self._patch(cuda, "Event", event)
         self._patch(cuda, "Stream", stream)
-        self._patch(cuda, "current_stream", simple("cuda-stream", "torch.cuda.current_stream()", _FakeStream, name="current_stream"))
-        self._patch(cuda, "default_stream", simple("cuda-stream", "torch.cuda.default_stream()", _FakeStream, name="default_stream"))
-        self._patch(cuda, "stream", stream_ctx)
-        self._patch(cuda, "device", lambda *a, **k: (rec("cuda-set-device", "torch.cuda.device()"), contextlib.nullcontext())[1])
+        self._install_backends(rec)
         self._install_accelerator(rec)
         self._install_module(rec)
         self._install_amp(rec)
@@ -226,18 +329,45 @@ class CudaRemapper:
         self._install_distributed(rec)
         self._install_load(rec)
 
+    def _install_backends(self, rec):
+        """``torch.backends.cuda.is_built()``, cuDNN availability/version, NCCL availability: as on the GPU machine."""
+        device = self.device
+        backends = torch.backends
+
+        def built(*args, **kwargs):
+            rec("cuda-is-available", "torch.backends.cuda.is_built()", depth=2)
+            return True
+
+        self._patch(backends.cuda, "is_built", built)
+
+        self._patch(backends.cudnn, "is_available", lambda: True)
+        self._patch(backends.cudnn, "version", lambda: int(device.get("cudnn_version", 0)) or None)
+        try:
+            import torch.distributed as dist
+            import torch.distributed.distributed_c10d as c10d
+        except Exception:  # pragma: no cover
+            return
+        if device.get("nccl_available", True):
+            def nccl(*args, **kwargs):
+                rec("nccl-available", "torch.distributed.is_nccl_available()", depth=2)
+                return True
+            for owner in (dist, c10d):
+                if hasattr(owner, "is_nccl_available"):
+                    self._patch(owner, "is_nccl_available", nccl)
+
     def _install_accelerator(self, rec):
         """``torch.accelerator`` (torch >= 2.6): report a CUDA accelerator, remapped like torch.cuda."""
         acc = getattr(torch, "accelerator", None)
         if acc is None:
             return
-        remapper = self
 
         def fake(api, result=None):
             original = getattr(acc, api, None)
 
             def fn(*args, **kwargs):
-                if original is not None and not remapper._from_user():
+                # the script and its libraries see the stand-in; torch's own internals keep the real answer
+                caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+                if original is not None and "/torch/" in caller:
                     return original(*args, **kwargs)
                 rec("accelerator-api", f"torch.accelerator.{api}()")
                 return result() if callable(result) else result
@@ -249,7 +379,8 @@ class CudaRemapper:
                  "synchronize": None, "empty_cache": None, "memory_allocated": 0,
                  "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0,
                  "reset_peak_memory_stats": None, "memory_stats": dict,
-                 "device_index": lambda: contextlib.nullcontext()}
+                 "device_index": lambda: contextlib.nullcontext(), "current_stream": _FakeStream,
+                 "get_memory_info": lambda: (0, 0)}
         for api, result in table.items():
             if hasattr(acc, api):
                 self._patch(acc, api, fake(api, result))
@@ -258,22 +389,19 @@ class CudaRemapper:
         """Module.cuda()/.to('cuda') on modules without tensors never reach a torch call."""
         module_cls = torch.nn.Module
         orig_to = module_cls.to
-        remapper = self
 
         def mark(module):
             for t in list(module.parameters()) + list(module.buffers()):
                 t._opscope_dev = True  # "on the accelerator" in the original script
 
         def cuda_(this, device=None):
-            if remapper._from_user():
-                rec("cuda-call", "Module.cuda()")
+            rec("cuda-call", "Module.cuda()")
             mark(this)
             return this
 
         def to_(this, *args, **kwargs):
             if any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device")):
-                if remapper._from_user():
-                    rec("cuda-device", "Module.to('cuda')")
+                rec("cuda-device", "Module.to('cuda')")
                 args = tuple(f"cuda:{a}" if _is_cuda(a) and isinstance(a, int) else a for a in args)
                 if isinstance(kwargs.get("device"), int):
                     kwargs = dict(kwargs, device=f"cuda:{kwargs['device']}")
@@ -293,9 +421,17 @@ class CudaRemapper:
         @functools.wraps(orig_init)
         def autocast_init(this, device_type="cuda", dtype=None, enabled=True, cache_enabled=None):
             if device_type == "cuda":
-                rec("cuda-amp-autocast", "torch.cuda.amp.autocast / torch.autocast('cuda')", depth=2)
+                dtype = dtype or torch.float16   # CUDA autocast's default; CPU autocast's is bfloat16
+                name = str(dtype).replace("torch.", "")
+                rec("cuda-amp-autocast", f"torch.autocast('cuda', dtype={name})", depth=2)
+                if enabled:
+                    self._request("autocast", name)
                 device_type = "cpu"
-                dtype = dtype or torch.float16
+            elif device_type == "cpu" and enabled:   # a framework that saw no GPU takes its CPU path
+                who, _, library = self.findings.caller(1)
+                if who == "library" and library:
+                    name = str(dtype or torch.get_autocast_dtype("cpu")).replace("torch.", "")
+                    self._request("cpu_autocast", f"{library} ({name})")
             return orig_init(this, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
         self._patch(autocast_mode.autocast, "__init__", autocast_init)
@@ -304,11 +440,29 @@ class CudaRemapper:
         @functools.wraps(orig_scaler)
         def scaler_init(this, device="cuda", *args, **kwargs):
             if device == "cuda":
-                rec("cuda-amp-gradscaler", "torch.cuda.amp.GradScaler", depth=2)
+                rec("cuda-amp-gradscaler", "GradScaler('cuda')", depth=2)
+                enabled = kwargs.get("enabled", args[4] if len(args) > 4 else True)
+                self._request("grad_scaler", "enabled" if enabled else "disabled")
                 device = "cpu"
             return orig_scaler(this, device, *args, **kwargs)
 
         self._patch(grad_scaler.GradScaler, "__init__", scaler_init)
+        # "is CUDA autocast on, in which dtype?": the CPU autocast that stands in for it answers
+        orig_enabled, orig_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+
+        def is_autocast_enabled(device_type=None):
+            return orig_enabled("cpu" if device_type in (None, "cuda") else device_type)
+
+        def get_autocast_dtype(device_type):
+            return orig_dtype("cpu" if device_type == "cuda" else device_type)
+
+        self._patch(torch, "is_autocast_enabled", is_autocast_enabled)
+        self._patch(torch, "get_autocast_dtype", get_autocast_dtype)
+        self._patch(torch, "get_autocast_gpu_dtype", lambda: orig_dtype("cpu"))
+        orig_available = getattr(autocast_mode, "is_autocast_available", None)
+        if orig_available is not None:
+            self._patch(autocast_mode, "is_autocast_available",
+                        lambda device_type: device_type == "cuda" or orig_available(device_type))
         # torch.cuda.amp.* are thin subclasses that pass "cuda" to the patched __init__s.
 
     def _install_cudnn(self, rec):

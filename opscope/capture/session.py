@@ -270,12 +270,13 @@ class CaptureSession:
         """What ``store.load_capture`` would read back, straight from memory."""
         from opscope.capture.store import records_to_capture
         findings = self.findings.list() if self.findings else []
-        return records_to_capture(self.step_records, findings, self.dataloaders)
+        return records_to_capture(self.step_records, findings, self.dataloaders,
+                                  self.findings.precision if self.findings else None)
 
     def write_findings(self) -> None:
         findings = [f.to_dict() for f in self.findings.list()] if self.findings else []
         data = {"columns": _CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
-                "dataloaders": self.dataloaders}
+                "dataloaders": self.dataloaders, "precision": self.findings.precision if self.findings else None}
         try:
             write_atomic(self.capture_dir / RUNTIME, json.dumps(data))
         except OSError as exc:

@@ -38,12 +38,13 @@ def load_capture(out_dir: Path):
                     break
                 records.append(record)
     findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
-    calls, steps, side, findings, meta = records_to_capture(records, findings, runtime.get("dataloaders", {}))
+    calls, steps, side, findings, meta = records_to_capture(records, findings, runtime.get("dataloaders", {}),
+                                                           runtime.get("precision"))
     meta["notes"] = notes
     return calls, steps, side, findings, meta
 
 
-def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
+def records_to_capture(records: list[dict], findings: list, dataloaders: dict, precision: dict | None = None):
     calls: list[OpCall] = []
     steps: list[Step] = []
     side: dict[int, dict] = {}
@@ -62,4 +63,5 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict):
         side[record["step"]] = record.get("side", {})
         if record.get("trace"):
             traces.append(record["trace"])
-    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders}
+    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
+                                                  "precision": precision}

@@ -19,7 +19,10 @@ def register(sub) -> None:
                        description="Run an unmodified training script for a few steps under the PyTorch "
                                    "profiler, then report every operator, dynamic shapes, CUDA-only APIs and "
                                    "torch_npu support verdicts.  Script arguments go after `--`.")
-    p.add_argument("script", help="the training script (run as __main__), or a file/folder with --static-only")
+    p.add_argument("script", nargs="?", default=None,
+                   help="the training script (run as __main__), or a file/folder with --static-only; or, after "
+                        "`--`, the launch command as typed (`-- accelerate launch|torchrun|deepspeed|lightning run "
+                        "model [opts] train.py ARGS`)")
     p.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments passed to the script")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps to capture (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=0,
@@ -88,10 +91,17 @@ def _check_compiles(script: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     console = Console(stderr=True)
+    if args.script is None:
+        raise UserError("give the training script: opscope scan train.py [-- ARGS], or the launch command after "
+                        "`--`: opscope scan -- accelerate launch train.py ARGS")
     script = Path(args.script)
     formats = list(args.format)
     if args.static_only:
         return _static_only(script, Path(args.out), formats, args.quiet)
+    from opscope.capture.wrappers import unwrap
+    wrapped = unwrap(args.script, list(args.script_args))   # `-- accelerate launch ... train.py ARGS`
+    if wrapped is not None:
+        script, args.script_args = Path(wrapped.script), wrapped.args
     if not script.exists():
         raise UserError(f"script not found: {script} (check the path; script arguments go after `--`)")
     if script.is_dir() or script.suffix not in (".py", ""):
@@ -115,10 +125,21 @@ def run(args: argparse.Namespace) -> int:
     chip = resolve_chip(args.chip)[0]  # and on an unknown chip
     calibration = _calibration_file(args.calibration)
     from opscope.capture import distributed as dist_launch
-    plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
+    launcher, world_size = args.launcher, args.world_size
+    if wrapped is not None and wrapped.wrapper != "python":
+        if not args.quiet:
+            console.print(f"opscope: {wrapped.describe()}")
+        if launcher == "auto" and wrapped.world_size > 1:   # the wrapper starts the ranks (torch.distributed.run)
+            launcher, world_size = "torchrun", world_size or wrapped.world_size
+        elif launcher == "auto":
+            launcher = "none"
+    plan = dist_launch.resolve(launcher, script, world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device,
                 "chip": chip, "calibration": calibration}
+    if wrapped is not None and wrapped.wrapper != "python":
+        settings["wrapper"] = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
+                               "mixed_precision": wrapped.precision, "dtype": wrapped.dtype, "env": wrapped.env}
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
@@ -133,12 +154,14 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"opscope: note: {held.note}", soft_wrap=True, markup=False, highlight=False)
         from opscope.report.registry import reporters
         run_folder.RunFolder(out).clear_previous_scan([r.file_name for r in reporters("scan").values()])
-        return _scan(args, console, script, formats, out, plan, settings)
+        return _scan(args, console, script, formats, out, plan, settings,
+                     env=wrapped.env if wrapped is not None else None)
     finally:
         held.release()
 
 
-def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict) -> int:
+def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict,
+          env: dict | None = None) -> int:
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -169,7 +192,8 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
                                               "max_capture_mb": args.max_capture_mb},
-                             distributed=plan, max_memory_mb=args.max_memory)
+                             distributed=plan, max_memory_mb=args.max_memory,
+                             env=env)
     finally:
         status.stop()
     result = None
