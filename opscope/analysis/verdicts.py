@@ -354,6 +354,9 @@ def describe_readiness(summary: dict, target: dict | None = None) -> str:
     if not summary:
         return "readiness: not computed"
     version = (target or {}).get("version", "?")
+    if summary.get("readiness_score") is None:
+        return (f"readiness for torch_npu {version}: no score (n/a) - "
+                f"{summary.get('score_unavailable') or 'nothing was measured'}")
     share = summary.get("blocking_time_share") or 0.0
     return (f"readiness for torch_npu {version}: {summary.get('readiness_score')}/100 - "
             f"{summary.get('blocking_signatures', 0)} operator signature(s) not running natively "

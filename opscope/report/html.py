@@ -148,6 +148,8 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "score_text": f"{score:.0f}" if score is not None else view.NA,
         "score_class": _score_class(score, result),
         "verdict_line": view.verdict_line(result),
+        "scan_state": view.scan_state(result)[0],
+        "nothing_to_change": view.nothing_to_change_text(result),
         "na_count": na_count,
         "operator_count": len(result.operators),
         "blocking_count": sum(counts.get(v, 0) for v in view.BLOCKING),

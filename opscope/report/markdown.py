@@ -35,7 +35,7 @@ def render_markdown(result: ScanResult) -> str:
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
     name = Path(result.script).name if result.script else "unknown script"
-    out = [f"# NPU readiness: {_cell(name)}", ""]
+    out = [f"# NPU readiness: {_cell(name)}", "", f"**{_cell(view.verdict_line(result))}**", ""]
     out.append(f"**Readiness score:** {view.NA if score is None else f'{score:.0f}/100'} · "
                f"**target:** {_cell(view.target_text(result))} · "
                f"**operator signatures:** {len(result.operators)}")
@@ -53,7 +53,7 @@ def render_markdown(result: ScanResult) -> str:
                       [[i, f.kind, f.what, f.where, view.fmt_percent(f.share) if f.share is not None else "—", f.fix]
                        for i, f in enumerate(fixes, start=1)])
     else:
-        out.append("Nothing to fix.")
+        out.append(_cell(view.nothing_to_change_text(result)))
 
     blocking = view.not_supported_rows(view.operator_rows(result))
     out += ["", f"## Operators that need work ({len(blocking)})", ""]

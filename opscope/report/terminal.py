@@ -141,7 +141,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         if more > 0:
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
     else:
-        console.print("Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found.")
+        console.print(view.nothing_to_change_text(result))
     if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]

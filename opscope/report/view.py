@@ -381,10 +381,48 @@ def score_colour(score, result: ScanResult) -> str:
     return level
 
 
+def measured_steps(result: ScanResult) -> int:
+    """Training iterations captured whole: what a verdict can stand on."""
+    return sum(1 for s in result.steps or [] if s.complete)
+
+
+def scan_state(result: ScanResult) -> tuple[str, str]:
+    """('complete' | 'incomplete' | 'failed', why): a failed scan measured no training iteration (no
+    score), so it has no verdict; an incomplete one has one only for the steps it measured."""
+    summary = result.summary or {}
+    exit_info = result.exit or {}
+    reason = str(result.incomplete_reason or exit_info.get("message") or exit_info.get("kind") or "")
+    unavailable = str(summary.get("score_unavailable") or "")
+    if unavailable or (not result.complete and not measured_steps(result)):
+        why = "; ".join(dict.fromkeys(r for r in (reason, unavailable) if r)) or "nothing was measured"
+        return "failed", why
+    if not result.complete:
+        return "incomplete", reason or "the run stopped early"
+    return "complete", ""
+
+
+def nothing_to_change_text(result: ScanResult) -> str:
+    """What an empty what-to-change list means: never 'nothing to change' for a run that was not seen."""
+    state, why = scan_state(result)
+    if state == "failed":
+        return f"No verdict: the scan failed before any training iteration was measured ({why})."
+    if state == "incomplete":
+        n = measured_steps(result)
+        return (f"Nothing to change in the {n} step{'s' if n != 1 else ''} measured; the run stopped early "
+                f"({why}), so what comes after was not seen.")
+    return "Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found."
+
+
 def verdict_line(result: ScanResult) -> str:
     """One sentence: what stands between this script and a clean run on the chosen torch_npu."""
     target = (result.target or {}).get("version")
+    state, why = scan_state(result)
+    if state == "failed":
+        return f"Scan failed — no verdict{f' for torch_npu {target}' if target else ''}: {why}."
     head = f"On torch_npu {target}" if target else "On the NPU"
+    if state == "incomplete":
+        n = measured_steps(result)
+        head = f"Incomplete — {n} step{'s' if n != 1 else ''} measured ({why}). {head}, in what was measured"
     if not verdicts_computed(result):
         return f"{head}: support verdicts were not computed for this scan."
     names: dict[str, set] = {v: set() for v in BLOCKING}
@@ -403,6 +441,8 @@ def verdict_line(result: ScanResult) -> str:
     if result.root_causes:
         n = len(result.root_causes)
         parts.append(f"{n} line{'s' if n != 1 else ''} cause{'' if n != 1 else 's'} dynamic shapes")
+    if not parts and state == "incomplete":
+        return f"{head}: no operator blocks the port and no CUDA-only call must change; the rest was not seen."
     if not parts:
         return f"{head}: every operator seen runs on the NPU and no CUDA-only call must change."
     share = (result.summary or {}).get("blocking_time_share")

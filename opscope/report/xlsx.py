@@ -140,7 +140,8 @@ def build_workbook(result: ScanResult):
     shares = view.verdict_time_share(result)
     score = view.readiness_score(result)
 
-    summary = [["readiness score (0-100)", score if score is not None else view.NA, None],
+    summary = [["verdict", view.verdict_line(result), None],
+               ["readiness score (0-100)", score if score is not None else view.NA, None],
                ["target", view.target_text(result), None],
                ["operator signatures", len(result.operators), None]]
     summary += [[label, text, None] for label, text in view.scan_metadata(result)]
