@@ -130,6 +130,10 @@ def fmt_evidence_short(evidence, verdict: str | None = None) -> str:
     elif rule == "backend-private":
         text = f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
                " replaces it on the NPU"
+    elif rule == "backend-implements":
+        half = "the backward of " if evidence.get("part") == "backward" else ""
+        text = (f"the scanning CPU's own kernel for {half}{evidence.get('implements') or 'a public op'}: "
+                f"judged as that op" + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
     elif rule == "inside-parent-kernel":
         text = f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
     elif rule == "no-npu-kernel":

@@ -59,3 +59,35 @@ def test_incomplete_scan_says_how_many_steps_it_measured(tmp_path):
         assert "Incomplete — 1 step measured" in text and "exited with status 2" in text
         assert not any(claim in text for claim in CLEAN_CLAIMS), text
     assert not re.search(r"\bNone\b", proc.stdout)
+
+
+def test_cpu_backend_kernels_are_judged_as_the_public_op_they_implement(tmp_path):
+    """A ViT's fused attention: the CPU runs SDPA's backward as its own `_for_cpu_backward` kernel,
+    straight from the autograd node; that is SDPA's backward, not a CPU fallback."""
+    proc = run_opscope("scan", SCRIPTS / "vit_tiny.py", "--steps", "2", "--out", tmp_path, "--quiet",
+                       "--format", "", "--", "--steps", "4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    ops = {op["name"]: op for op in scan["operators"]}
+    backward = ops["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]
+    public = ops["aten::scaled_dot_product_attention"]
+    assert backward["phase"] == "backward" and backward["parent"] is None  # no public parent to fold into
+    assert backward["verdict"] == public["verdict"] == "native"
+    assert backward["evidence"]["rule"] == "backend-implements"
+    assert backward["evidence"]["implements"] == "aten::scaled_dot_product_attention"
+    assert backward["evidence"]["part"] == "backward"
+    assert not [o["op"] for o in scan["summary"]["blocking_ops"] if "scaled_dot_product" in o["op"]]
+    assert "cpu-fallback" not in {op["verdict"] for op in scan["operators"]}
+
+
+def test_every_cpu_only_for_cpu_kernel_names_its_public_op():
+    """Data completeness: each CPU-only `*_for_cpu*` kernel in the matrix's torch facts is mapped."""
+    from opscope.knowledge import implemented_public_op
+    from opscope.resources import support_matrix_dir
+    facts = (support_matrix_dir() / "versions" / "torch_schema.txt").read_text(encoding="utf-8")
+    kernels = set(re.findall(r"^op (\w*_for_cpu\w*) d=CPU$", facts, re.M))
+    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in kernels
+    for name in kernels:
+        public = implemented_public_op(f"aten::{name}")
+        assert public is not None, name
+        assert f"op {public[0].removeprefix('aten::')} " in facts or f"op {public[0].removeprefix('aten::')}\n" in facts
