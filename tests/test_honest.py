@@ -61,13 +61,20 @@ def test_incomplete_scan_says_how_many_steps_it_measured(tmp_path):
     assert not re.search(r"\bNone\b", proc.stdout)
 
 
-def test_cpu_backend_kernels_are_judged_as_the_public_op_they_implement(tmp_path):
+@pytest.fixture(scope="module")
+def vit_run(tmp_path_factory):
+    """A tiny ViT (fused attention, AdamW) scanned as a user would: terminal output and reports."""
+    out = tmp_path_factory.mktemp("vit")
+    proc = run_opscope("scan", SCRIPTS / "vit_tiny.py", "--steps", "2", "--out", out, "--format", "html,md",
+                       "--", "--steps", "4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, proc
+
+
+def test_cpu_backend_kernels_are_judged_as_the_public_op_they_implement(vit_run):
     """A ViT's fused attention: the CPU runs SDPA's backward as its own `_for_cpu_backward` kernel,
     straight from the autograd node; that is SDPA's backward, not a CPU fallback."""
-    proc = run_opscope("scan", SCRIPTS / "vit_tiny.py", "--steps", "2", "--out", tmp_path, "--quiet",
-                       "--format", "", "--", "--steps", "4")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    scan = load_scan(tmp_path)
+    scan = load_scan(vit_run[0])
     ops = {op["name"]: op for op in scan["operators"]}
     backward = ops["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]
     public = ops["aten::scaled_dot_product_attention"]
@@ -91,3 +98,32 @@ def test_every_cpu_only_for_cpu_kernel_names_its_public_op():
         public = implemented_public_op(f"aten::{name}")
         assert public is not None, name
         assert f"op {public[0].removeprefix('aten::')} " in facts or f"op {public[0].removeprefix('aten::')}\n" in facts
+
+
+def test_upstream_numeric_mismatch_is_one_evidence_line_per_family_not_a_fix(vit_run):
+    """float32 upstream test failures touch nearly every scan: evidence pointing at `opscope verify`,
+    one line per operator family, never a row of the what-to-change list."""
+    out, proc = vit_run
+    from opscope.model import ScanResult
+    from opscope.report import view
+    result = ScanResult.from_dict(load_scan(out))
+    checks = view.numeric_checks(result)
+    families = [c.family for c in checks]
+    assert "addmm" in families and len(families) == len(set(families))
+    assert not [f for f in view.top_fixes(result, limit=None) if "numeric mismatch" in f.what or f.kind == "dtype"]
+    terminal = proc.stdout
+    fixes_part = terminal.split("Numerics to check", 1)[0]
+    assert "numeric mismatch" not in fixes_part  # not in the what-to-change table above it
+    assert f"opscope verify {out} --device npu".replace(" ", "") in "".join(terminal.split())
+    shown = [ln for ln in terminal.splitlines() if "upstream test_compare_cpu fails" in ln]
+    assert len(shown) == min(5, len(checks)) and shown[0].strip().startswith(checks[0].what)
+    if len(checks) > 5:
+        assert f"+{len(checks) - 5} more operator families" in terminal
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    top = markdown.split("## Top things to fix", 1)[1].split("##", 1)[0]
+    assert "numeric mismatch" not in top and "## Numerics to check" in markdown
+    assert markdown.count("upstream test_compare_cpu fails") == len(checks)
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html.split('<section id="numerics">', 1)[1].split("</section>", 1)[0]
+    assert section.count("upstream test_compare_cpu fails") == len(checks) and "opscope verify" in section
+    assert "numeric mismatch" not in html.split('<section id="fixes">', 1)[1].split("</section>", 1)[0]

@@ -251,7 +251,8 @@ def _as_public_op(op, implemented: tuple[str, str], ctx: _Context) -> tuple[str,
                 "public_rule": judged.evidence.get("rule"),
                 "detail": f"the scanning machine's own kernel for the {half}{public}; on the NPU the "
                           f"{half}{public} runs as torch_npu runs {public} ({judged.verdict} in torch_npu "
-                          f"{ctx.release.version}), so it is judged as that op",
+                          f"{ctx.release.version}), so it is judged as that op"
+                          + (f": {judged.evidence['detail']}" if judged.evidence.get("detail") else ""),
                 "judged_through": public}
     return judged.verdict, evidence
 

@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         from opscope.report.terminal import make_console, print_summary
         summary_console = make_console()
-        print_summary(result, summary_console)
+        print_summary(result, summary_console, run_dir=str(out))
         summary_console.print("wrote " + ", ".join(str(p) for p in written), soft_wrap=True)
     if not result.complete:
         code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)

@@ -55,6 +55,12 @@ def render_markdown(result: ScanResult) -> str:
     else:
         out.append(_cell(view.nothing_to_change_text(result)))
 
+    checks = view.numeric_checks(result)
+    if checks:
+        out += ["", "## Numerics to check", "", _cell(view.VERIFY_HINT.format(run_dir="RUN_DIR")) +
+                " (RUN_DIR: the folder of this report).", ""]
+        out += [f"- {_cell(c.line())} ({view.fmt_percent(c.share)} of time)" for c in checks[:MAX_ROWS]]
+
     blocking = view.not_supported_rows(view.operator_rows(result))
     out += ["", f"## Operators that need work ({len(blocking)})", ""]
     if blocking:

@@ -120,7 +120,22 @@ def _print_top_operators_list(result: ScanResult, console: Console, top: int = 1
         console.print(f"      shapes {escape(view.fmt_shapes(op.input_shapes) or '-')}")
 
 
-def print_summary(result: ScanResult, console: Console | None = None, top: int = 12) -> None:
+def print_numeric_checks(result: ScanResult, console: Console, run_dir: str = "RUN_DIR", top: int = 5) -> None:
+    """One dim evidence line per operator family with an upstream numeric mismatch (not a fix)."""
+    from rich.markup import escape
+    checks = view.numeric_checks(result)
+    if not checks:
+        return
+    console.print(f"[bold]Numerics to check[/] ({escape(view.VERIFY_HINT.format(run_dir=run_dir))}):")
+    for check in checks[:top]:
+        share = f"  {view.fmt_percent(check.share)} of time" if check.share is not None else ""
+        console.print(f"[dim]  {escape(check.line())}{share}[/]")
+    if len(checks) > top:
+        console.print(f"[dim]  +{len(checks) - top} more operator families in report.html (Numerics to check)[/]")
+
+
+def print_summary(result: ScanResult, console: Console | None = None, top: int = 12,
+                  run_dir: str | None = None) -> None:
     console = console or make_console()
     status = "[green]complete[/]" if result.complete else f"[red]incomplete[/]: {result.incomplete_reason}"
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
@@ -142,6 +157,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
     else:
         console.print(view.nothing_to_change_text(result))
+    print_numeric_checks(result, console, run_dir or "RUN_DIR")
     if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
