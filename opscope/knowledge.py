@@ -29,6 +29,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
     "runtime_remaps.yaml": {"rules": dict},
+    "stderr_noise.yaml": {"lines": list},
     "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,
                               "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "skip": dict,
                               "inputs": dict},

@@ -127,3 +127,52 @@ def test_upstream_numeric_mismatch_is_one_evidence_line_per_family_not_a_fix(vit
     section = html.split('<section id="numerics">', 1)[1].split("</section>", 1)[0]
     assert section.count("upstream test_compare_cpu fails") == len(checks) and "opscope verify" in section
     assert "numeric mismatch" not in html.split('<section id="fixes">', 1)[1].split("</section>", 1)[0]
+
+
+@pytest.mark.parametrize("launch", [[], ["--launcher", "torchrun", "--world-size", "2"]], ids=["one-process", "torchrun"])
+def test_profiler_noise_is_kept_off_stderr_and_noted_while_the_script_keeps_its_own(tmp_path, launch):
+    """opscope pauses recording after a few evaluation forwards; each pause makes Kineto print a
+    "Toggling CPU activity" line (prefixed `[rank0]:` once a process group exists)."""
+    proc = run_opscope("scan", SCRIPTS / "noisy_eval.py", "--steps", "3", "--out", tmp_path, "--format", "", *launch)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Toggling" not in proc.stderr and "profiler_kineto" not in proc.stderr
+    assert "UserWarning: noisy_eval: learning rate schedule not set" in proc.stderr   # the script's warning
+    assert "noisy_eval: step 1 held-out score" in proc.stderr                         # and its own log lines
+    notes = [n for n in load_scan(tmp_path)["notes"] if n.startswith("kept off your terminal")]
+    assert len(notes) == 1 and "Toggling CPU activity" in notes[0]
+    assert int(re.search(r"terminal: (\d+) x", notes[0]).group(1)) >= 2   # one pause and resume per step
+
+
+def test_relay_counts_profiler_lines_and_passes_the_script_lines(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    from opscope.capture.noise import notes
+    from opscope.capture.runner import _relay_stderr
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", type("S", (), {"buffer": out})())
+    toggle = b"[W1125 17:18:52.242513517 profiler_kineto.cpp:814] Toggling CPU activity with GPU activity on\n"
+    _relay_stderr(io.BytesIO(b"[rank0]:" + toggle + toggle + b"[rank0]: my own warning\n"
+                             b"USDT:2026-11-25 17:18:52 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n"),
+                  tmp_path)
+    assert out.getvalue() == b"[rank0]: my own warning\n"
+    kept = notes(tmp_path)
+    assert len(kept) == 1 and kept[0].startswith("kept off your terminal: 2 x Kineto")  # start/stop: counted, no note
+
+
+def test_warnings_raised_inside_opscope_go_to_notes_and_the_scripts_pass(tmp_path, monkeypatch):
+    import warnings
+
+    import opscope.capture.ranks as ranks
+    from opscope.capture.noise import divert_own_warnings, notes
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda *args, **kwargs: shown.append(args[0]))
+    divert_own_warnings(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn_explicit("`torch.distributed._foo` is deprecated", FutureWarning, ranks.__file__, 52)
+        warnings.warn_explicit("the script's own", UserWarning, str(SCRIPTS / "noisy_eval.py"), 13)
+    assert [str(m) for m in shown] == ["the script's own"]
+    (note,) = notes(tmp_path)
+    assert note.startswith("kept off your terminal: 1 x FutureWarning raised inside opscope")
+    assert "opscope/capture/ranks.py:52" in note

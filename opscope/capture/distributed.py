@@ -260,7 +260,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             is_captured = rank in captured
             folder = rank_dir(out_dir, rank, is_captured)
             (folder / "capture").mkdir(parents=True, exist_ok=True)
-            for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt"):
+            for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "noise.json"):
                 (folder / "capture" / stale).unlink(missing_ok=True)
             cfg = dict(config, out_dir=str(folder.resolve()), rank=rank, capture=is_captured,
                        analyse=config.get("analyse", True) and is_captured,
@@ -272,7 +272,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
             procs[rank] = proc
-            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
             relay.start()
             relays.append(relay)
         stopping = False

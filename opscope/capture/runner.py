@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -81,7 +80,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     capture_dir = out_dir / "capture"
     capture_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("steps.jsonl", "outcome.json", "runtime.json", "script_traceback.txt", "analysis_error.txt",
-                  "stop-reason.txt"):
+                  "stop-reason.txt", "noise.json"):
         (capture_dir / stale).unlink(missing_ok=True)
     config = {
         "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
@@ -105,7 +104,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
-    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
     relay.start()
     started = time.monotonic()
     timed_out = False
@@ -169,17 +168,14 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     return outcome
 
 
-_PROFILER_CHATTER = re.compile(rb"^(?:(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]"
-                               rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling"
-                               # Kineto on a CUDA build of torch without a GPU: noise, not the script's error
-                               rb"|ERROR:\S* ?\S* \d+:\d+ \w+\.cpp:\d+\] gpuGetDeviceCount failed)")
-
-
-def _relay_stderr(stream) -> None:
-    """Pass the script's stderr through, minus the profiler's own start/stop chatter."""
+def _relay_stderr(stream, capture_dir=None) -> None:
+    """Pass the script's stderr through, minus the profiler's own lines: counted, with the first
+    of each kind, into ``capture_dir/noise.json`` (opscope.capture.noise) for scan.json's notes."""
+    from opscope.capture.noise import Noise
+    noise = Noise(capture_dir)
     out = getattr(sys.stderr, "buffer", None)
     for line in iter(stream.readline, b""):
-        if _PROFILER_CHATTER.match(line):
+        if noise.profiler_line(line):
             continue
         if out is not None:
             out.write(line)
@@ -187,6 +183,7 @@ def _relay_stderr(stream) -> None:
         else:  # pragma: no cover - stderr replaced by a text stream (tests)
             sys.stderr.write(line.decode(errors="replace"))
     stream.close()
+    noise.save()
 
 
 class _Terminated(Exception):

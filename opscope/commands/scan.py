@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                                  device=outcome.extra.get("device", args.device), settings=settings,
                                  outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
                                  static_paths=[], target=args.target)
+    _note_kept_noise(result, out)
     import contextlib
     with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet else contextlib.nullcontext()):
         written = [out / "scan.json", out / "operators.csv"] + write_reports(result, out, formats)
@@ -174,6 +175,16 @@ def run(args: argparse.Namespace) -> int:
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
+
+
+def _note_kept_noise(result, out: Path) -> None:
+    """What was kept off the terminal (profiler lines, opscope's own warnings) goes into scan.json's notes."""
+    from opscope.capture.noise import notes
+    kept = [n for n in notes(out / "capture") if n not in result.notes]
+    if kept:
+        from opscope.report.json_out import write_scan_json
+        result.notes.extend(kept)
+        write_scan_json(result, out / "scan.json")
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:

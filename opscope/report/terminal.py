@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from opscope.model import ScanResult
@@ -96,7 +97,6 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
 
 def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> None:
     """Narrow terminals: one fix per entry, wrapped at spaces (a table would cut file:line)."""
-    from rich.markup import escape
     fixes = view.top_fixes(result, limit=top)
     console.print("[bold]What to change, most important first[/]")
     for i, f in enumerate(fixes, start=1):
@@ -107,7 +107,6 @@ def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> No
 
 
 def _print_top_operators_list(result: ScanResult, console: Console, top: int = 12) -> None:
-    from rich.markup import escape
     ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
     ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
     if not ops:
@@ -122,7 +121,6 @@ def _print_top_operators_list(result: ScanResult, console: Console, top: int = 1
 
 def print_numeric_checks(result: ScanResult, console: Console, run_dir: str = "RUN_DIR", top: int = 5) -> None:
     """One dim evidence line per operator family with an upstream numeric mismatch (not a fix)."""
-    from rich.markup import escape
     checks = view.numeric_checks(result)
     if not checks:
         return
@@ -192,7 +190,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
             t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
         console.print(t)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def remapped_calls(result: ScanResult) -> list:
