@@ -17,7 +17,8 @@ from opscope.resources import support_matrix_dir
 # key (or file) is added here too; tests/test_hardening.py checks every shipped file.
 SCHEMAS: dict[str, dict[str, type]] = {
     "backend_private_ops.yaml": {"patterns": list, "implements": dict},
-    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list},
+    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list,
+                            "judged_by_the_run": list},
     "diff_rules.yaml": {**{k: list for k in (
         "structural", "private_ops", "phase_annotations", "step_annotations", "npu_inserted_ops",
         "npu_inserted_kernels", "fallback_children", "fallback_log_patterns", "device_processes",

@@ -176,3 +176,22 @@ def test_warnings_raised_inside_opscope_go_to_notes_and_the_scripts_pass(tmp_pat
     (note,) = notes(tmp_path)
     assert note.startswith("kept off your terminal: 1 x FutureWarning raised inside opscope")
     assert "opscope/capture/ranks.py:52" in note
+
+
+def test_drop_last_is_not_advised_for_a_validation_loader_nor_as_a_cuda_api(tmp_path):
+    """A GPU-style trainer: full training batches (drop_last=True), a validation loader whose last
+    batch is smaller.  The run shows the training step's shapes never change, so no drop_last advice;
+    the static guess (a DataLoader without drop_last) is not a CUDA-API fix of a scan."""
+    proc = run_opscope("scan", SCRIPTS / "train_with_validation.py", "--steps", "9", "--out", tmp_path, "--quiet",
+                       "--format", "md")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    assert "epoch 1 val accuracy" in proc.stdout   # the validation loop ran, last batch of 2 included
+    assert not [f for f in scan["findings"] if f["rule"] == "drop-last"]
+    assert not any("drop_last" in (f.get("replacement") or "") for f in scan["findings"])
+    assert not any("drop_last" in rc["suggestion"] for rc in scan["root_causes"])
+    assert "drop_last" not in (tmp_path / "report.md").read_text(encoding="utf-8")
+    # --static-only keeps its guess: nothing ran to judge it
+    static = run_opscope("scan", "--static-only", SCRIPTS / "train_with_validation.py", "--out", tmp_path / "s",
+                         "--quiet")
+    assert static.returncode == 0 and "drop-last" in (tmp_path / "s" / "findings.json").read_text(encoding="utf-8")

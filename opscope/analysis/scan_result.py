@@ -220,7 +220,9 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
             if path.suffix == ".py" and path.exists():
                 files.add(path)
     files.update(Path(p) for p in static_paths)
-    static = scan_paths(sorted(files))
+    from opscope.knowledge import load
+    judged_by_run = set(load("cuda_api_rules.yaml").get("judged_by_the_run") or [])
+    static = [f for f in scan_paths(sorted(files)) if f.rule not in judged_by_run]
     for f in static:  # same path convention as run-time findings: relative to the script's folder
         if f.file:
             full = Path(f.file).resolve()
