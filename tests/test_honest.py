@@ -129,6 +129,7 @@ def test_upstream_numeric_mismatch_is_one_evidence_line_per_family_not_a_fix(vit
     assert "numeric mismatch" not in html.split('<section id="fixes">', 1)[1].split("</section>", 1)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", [[], ["--launcher", "torchrun", "--world-size", "2"]], ids=["one-process", "torchrun"])
 def test_profiler_noise_is_kept_off_stderr_and_noted_while_the_script_keeps_its_own(tmp_path, launch):
     """opscope pauses recording after a few evaluation forwards; each pause makes Kineto print a
@@ -195,3 +196,26 @@ def test_drop_last_is_not_advised_for_a_validation_loader_nor_as_a_cuda_api(tmp_
     static = run_opscope("scan", "--static-only", SCRIPTS / "train_with_validation.py", "--out", tmp_path / "s",
                          "--quiet")
     assert static.returncode == 0 and "drop-last" in (tmp_path / "s" / "findings.json").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_host_batch_stacked_then_moved_to_the_device_is_data_preparation(tmp_path):
+    """nanoGPT's get_batch: `torch.stack` of CPU slices, then `.to(device)`.  That stack (and the
+    slices it stacks) is host work, judged apart from the device's own `torch.stack` (grad norms)."""
+    proc = run_opscope("scan", SCRIPTS / "nanogpt_style.py", "--steps", "3", "--out", tmp_path, "--quiet",
+                       "--format", "")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ops = load_scan(tmp_path)["operators"]
+
+    def at(name, line):
+        return [o for o in ops if o["name"] == name and any(s.endswith(f":{line}") for s in o["sources"])]
+
+    batch = at("aten::stack", 95)
+    assert len(batch) == 1 and set(batch[0]["sources"]) == {"nanogpt_style.py:95", "nanogpt_style.py:96"}
+    assert batch[0]["phases"] == ["other"] and batch[0]["on_device"] is False
+    assert batch[0]["verdict"] == "not-applicable" and batch[0]["evidence"]["rule"] == "host-tensors"
+    assert all(o["verdict"] == "not-applicable" for o in at("aten::slice", 95))
+    device_stack = [o for o in ops if o["name"] == "aten::stack" and o is not batch[0]]
+    assert device_stack and all(o["on_device"] and "other" not in o["phases"] for o in device_stack)
+    embedding = [o for o in ops if o["name"] == "aten::embedding"]
+    assert embedding and all(o["on_device"] and o["verdict"] == "native" for o in embedding)  # the batch's consumer
