@@ -105,7 +105,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             stack.append((end, (parent_op, ann, ph, bw_seq, True)))
             continue
         phase = ph or "forward"
-        host_batch = bool(ann) and ann[3] == HOST_BATCH
+        host_batch = ann is not None and ann[3] == HOST_BATCH
         if host_batch:   # host work whose result the script then moved to the device: data preparation
             phase = "other"
         seq_nr = e.sequence_nr()
