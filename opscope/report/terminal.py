@@ -135,7 +135,9 @@ def print_numeric_checks(result: ScanResult, console: Console, run_dir: str = "R
 def print_summary(result: ScanResult, console: Console | None = None, top: int = 12,
                   run_dir: str | None = None) -> None:
     console = console or make_console()
-    status = "[green]complete[/]" if result.complete else f"[red]incomplete[/]: {result.incomplete_reason}"
+    state, why = view.scan_state(result)
+    status = "[green]complete[/]" if result.complete else f"[red]{'failed' if state == 'failed' else 'incomplete'}[/]: " \
+        + escape(result.incomplete_reason or why)
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
                   f"steps={len(result.steps)}  {status}")
     summary = result.summary or {}
