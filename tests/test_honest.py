@@ -219,3 +219,18 @@ def test_a_host_batch_stacked_then_moved_to_the_device_is_data_preparation(tmp_p
     assert device_stack and all(o["on_device"] and "other" not in o["phases"] for o in device_stack)
     embedding = [o for o in ops if o["name"] == "aten::embedding"]
     assert embedding and all(o["on_device"] and o["verdict"] == "native" for o in embedding)  # the batch's consumer
+
+
+def test_a_validation_loaders_smaller_last_batch_gets_the_evaluation_fix_not_drop_last(tmp_path):
+    """The held-out set's last batch (2 of 4) changes the shapes of the evaluation forwards only:
+    the root cause is found at the validation loader, with a fix that keeps every sample."""
+    proc = run_opscope("scan", SCRIPTS / "validate_every_step.py", "--steps", "6", "--out", tmp_path, "--quiet",
+                       "--format", "")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    (rc,) = scan["root_causes"]
+    assert rc["source"] == "validate_every_step.py:10" and rc["kind"] == "partial-batch"
+    assert "drop_last" not in rc["suggestion"] and "Keep every sample" in rc["suggestion"]
+    assert "never a backward pass" in rc["evidence"]
+    mine = [d for d in scan["dynamic_shapes"] if d["root_cause"] == rc["source"]]
+    assert mine and not any("drop_last" in d["suggestion"] for d in mine)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from opscope import __version__
+from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.model import ScanResult
@@ -47,6 +48,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     steady = [s.index for s in steps if s.complete and s.index > baseline]
     operators = aggregate(calls, steady_steps=steady)
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
+    eval_only_partial_batches(roots, dynamic, calls)   # a validation loader is not told drop_last
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
     uses_device = any(op.on_device for op in operators)
