@@ -161,7 +161,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "metadata": view.scan_metadata(result),
         "notes": [str(n) for n in result.notes or []],
         "fixes": [_fix_row(f) for f in fixes],
-        "numeric_hint": view.VERIFY_HINT.format(run_dir="RUN_DIR"),
+        "numeric_hint": view.VERIFY_HINT.format(run_dir="RUN_DIR").split("`"),   # [before, command, after]
         "numeric_checks": [{"what": c.what, "line": c.line(), "share": view.fmt_percent(c.share),
                             "filter": c.ops[0] if len(c.ops) == 1 else ""}
                            for c in view.numeric_checks(result)],

@@ -57,8 +57,9 @@ def render_markdown(result: ScanResult) -> str:
 
     checks = view.numeric_checks(result)
     if checks:
-        out += ["", "## Numerics to check", "", _cell(view.VERIFY_HINT.format(run_dir="RUN_DIR")) +
-                " (RUN_DIR: the folder of this report).", ""]
+        before, command, after = view.VERIFY_HINT.format(run_dir="RUN_DIR").split("`")   # one code span
+        out += ["", "## Numerics to check", "", f"{_cell(before)}`{command}`{_cell(after)} "
+                "(RUN_DIR: the folder of this report).", ""]
         out += [f"- {_cell(c.line())} ({view.fmt_percent(c.share)} of time)" for c in checks[:MAX_ROWS]]
 
     blocking = view.not_supported_rows(view.operator_rows(result))
