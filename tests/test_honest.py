@@ -234,3 +234,24 @@ def test_a_validation_loaders_smaller_last_batch_gets_the_evaluation_fix_not_dro
     assert "never a backward pass" in rc["evidence"]
     mine = [d for d in scan["dynamic_shapes"] if d["root_cause"] == rc["source"]]
     assert mine and not any("drop_last" in d["suggestion"] for d in mine)
+
+
+def test_the_terminal_never_prints_none_for_missing_fields():
+    """A scan.json written by an interrupted or older scan: missing reasons, lines and scores read as
+    what they are, never as Python's None."""
+    import io
+
+    from rich.console import Console
+
+    from opscope.model import Finding, RootCause, ScanResult
+    from opscope.report.terminal import print_summary
+    result = ScanResult(script="train.py", complete=False, incomplete_reason=None,
+                        summary={"readiness_score": None}, target={"version": "2.14.0"},
+                        findings=[Finding(rule="cuda-call", file=None, line=None, api="Tensor.cuda()", message="m",
+                                          remapped_to="a no-op")],
+                        root_causes=[RootCause(source=None, cause="input-varies", ops=["aten::mm"])])
+    buf = io.StringIO()
+    print_summary(result, Console(file=buf, width=160, color_system=None))
+    text = buf.getvalue()
+    assert not re.search(r"\bNone\b", text), text
+    assert "Scan failed — no verdict for torch_npu 2.14.0" in text and "no score (n/a)" in text

@@ -189,7 +189,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         t.add_column("became")
         t.add_column("calls", justify="right")
         for f in remaps:
-            t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
+            t.add_row(f"{f.file}:{f.line}" if f.file and f.line else (f.file or "-"), f.api, f.remapped_to, str(f.count))
         console.print(t)
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
