@@ -255,3 +255,11 @@ def test_the_terminal_never_prints_none_for_missing_fields():
     text = buf.getvalue()
     assert not re.search(r"\bNone\b", text), text
     assert "Scan failed — no verdict for torch_npu 2.14.0" in text and "no score (n/a)" in text
+
+
+def test_noise_notes_never_fail_a_scan_on_an_unwritable_folder(tmp_path):
+    from opscope.capture.noise import Noise
+    noise = Noise(tmp_path / "missing" / "capture")   # cannot be written: no such folder
+    assert noise.profiler_line(b"[rank1]:[W1125 17:18:52.242513517 profiler_kineto.cpp:814] Toggling CPU\n")
+    assert not noise.profiler_line(b"Toggling my own feature flag\n")
+    noise.save()   # no exception: the notes are best effort

@@ -60,8 +60,12 @@ class Noise:
                 known = data.setdefault(kind, dict(entry, count=0))
                 known["count"] += entry["count"]
             tmp = path.with_name(f"{NOISE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-            tmp.replace(path)
+            try:
+                tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+                tmp.replace(path)
+            except OSError:   # a full or read-only disk: the notes are best effort, never the scan's failure
+                tmp.unlink(missing_ok=True)
+                return
         self.kinds = {}
 
 
