@@ -16,8 +16,9 @@ from opscope.resources import support_matrix_dir
 # would otherwise be silently ignored and its rules would quietly stop applying.  A new
 # key (or file) is added here too; tests/test_hardening.py checks every shipped file.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "backend_private_ops.yaml": {"patterns": list},
-    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list},
+    "backend_private_ops.yaml": {"patterns": list, "implements": dict},
+    "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list,
+                            "judged_by_the_run": list},
     "diff_rules.yaml": {**{k: list for k in (
         "structural", "private_ops", "phase_annotations", "step_annotations", "npu_inserted_ops",
         "npu_inserted_kernels", "fallback_children", "fallback_log_patterns", "device_processes",
@@ -36,6 +37,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "communication": dict, "calibration": dict},
     "runtime_remaps.yaml": {"rules": dict, "device": dict, "stand_in": dict, "torch_self_probes": list,
                             "wrappers": dict},
+    "stderr_noise.yaml": {"lines": list},
     "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,
                               "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "skip": dict,
                               "inputs": dict},
@@ -92,3 +94,21 @@ def is_backend_private(name: str) -> str | None:
     if ns not in ("aten", ""):
         return None
     return next((p for p in backend_private_patterns() if fnmatch.fnmatchcase(base, p)), None)
+
+
+@lru_cache(maxsize=4096)
+def implemented_public_op(name: str) -> tuple[str, str] | None:
+    """``(aten::public_op, part)`` when ``name`` is a backend's own kernel for that public op
+    (``aten::_scaled_dot_product_flash_attention_for_cpu_backward`` -> SDPA, ``backward``)."""
+    ns, _, base = name.rpartition("::")
+    if ns not in ("aten", ""):
+        return None
+    entry = (load("backend_private_ops.yaml").get("implements") or {}).get(base)
+    if not isinstance(entry, dict) or not entry.get("op"):
+        return None
+    return f"aten::{entry['op']}", str(entry.get("part") or "forward")
+
+
+def is_private_kernel(name: str) -> bool:
+    """Backend-private (folded) or a backend's own kernel for a public op: never an NPU decomposition step."""
+    return bool(is_backend_private(name) or implemented_public_op(name))

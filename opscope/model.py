@@ -88,7 +88,8 @@ class OpCall(_Record):
     start_us: float = 0.0
     children: list[str] = field(default_factory=list)
     device: str = "host"   # "device": touched tensors the script put on its accelerator; "import": ran
-    #                        on host tensors while a library was being imported
+    #                        on host tensors while a library was being imported; HOST_BATCH: host
+    #                        work whose result the script then moved to its accelerator (a batch)
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
     #                        "# of Calls", a scan operator's share of a step); times are summed
@@ -103,6 +104,9 @@ def freeze(value):
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
     return value
+
+
+HOST_BATCH = "host-batch"   # OpCall.device of data preparation: host work whose result was moved to the device
 
 
 @dataclass

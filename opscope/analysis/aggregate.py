@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 from statistics import median
 
 from opscope.analysis.overloads import overload_for
-from opscope.model import OpCall, Operator
+from opscope.model import HOST_BATCH, OpCall, Operator
 
 
 def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | None = None) -> list[Operator]:
@@ -21,6 +21,8 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
         if call.overload is None:
             call.overload = overload_for(call.name, call.dtypes)
         key = call.signature()
+        if call.device == HOST_BATCH:   # a host batch's torch.stack is not the device's torch.stack
+            key = (*key, HOST_BATCH)
         g = groups.get(key)
         if g is None:
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from opscope.version import __version__
+from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.model import ScanResult
@@ -47,6 +48,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     steady = [s.index for s in steps if s.complete and s.index > baseline]
     operators = aggregate(calls, steady_steps=steady)
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
+    eval_only_partial_batches(roots, dynamic, calls)   # a validation loader is not told drop_last
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
     uses_device = any(op.on_device for op in operators)
@@ -245,7 +247,9 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
             if path.suffix == ".py" and path.exists():
                 files.add(path)
     files.update(Path(p) for p in static_paths)
-    static = scan_paths(sorted(files))
+    from opscope.knowledge import load
+    judged_by_run = set(load("cuda_api_rules.yaml").get("judged_by_the_run") or [])
+    static = [f for f in scan_paths(sorted(files)) if f.rule not in judged_by_run]
     for f in static:  # same path convention as run-time findings: relative to the script's folder
         if f.file:
             full = Path(f.file).resolve()

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
-from opscope.knowledge import is_backend_private
+from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel
 from opscope.matrix.torch_schema import load_torch_schema, schema_for
 from opscope.resources import support_matrix_dir
 
@@ -93,7 +93,7 @@ class _Context:
             self.children.setdefault(op.name, [])
             for child in op.children or []:
                 child = child.split(" (", 1)[0]  # the scan tags folded kernels "(backend-private)"
-                if child not in self.children[op.name] and not is_backend_private(child):
+                if child not in self.children[op.name] and not is_private_kernel(child):
                     self.children[op.name].append(child)
         self.matrix, self.line = matrix, release.line
         self.release = release
@@ -114,7 +114,7 @@ class _Context:
         self._row_stack.add(key)
         try:
             children = [c.split(" (", 1)[0] for c in op.children or []]
-            children = [c for c in dict.fromkeys(children) if not is_backend_private(c)]
+            children = [c for c in dict.fromkeys(children) if not is_private_kernel(c)]
             judged = self.judge.judge_observed(op.name, op.overload, children,
                                                lambda name, overload: self._child(op, name, overload))
         finally:
@@ -235,7 +235,26 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
                                       "parent_verdict": parent_judged.verdict,
                                       "own": {k: evidence[k] for k in ("rule", "dispatch") if evidence.get(k)}}
         evidence["inside"] = inside
+    implemented = implemented_public_op(op.name)
+    if implemented:
+        return _as_public_op(op, implemented, ctx)
     return own.verdict, evidence
+
+
+def _as_public_op(op, implemented: tuple[str, str], ctx: _Context) -> tuple[str, dict]:
+    """A backend's own kernel for a public op (the CPU's fused-attention backward): on the NPU the
+    public op's kernel and autograd run instead, so it gets the public op's verdict and evidence."""
+    public, part = implemented
+    judged = ctx.intrinsic(public, None)
+    half = "backward of " if part == "backward" else ""
+    evidence = {**judged.evidence, "rule": "backend-implements", "implements": public, "part": part,
+                "public_rule": judged.evidence.get("rule"),
+                "detail": f"the scanning machine's own kernel for the {half}{public}; on the NPU the "
+                          f"{half}{public} runs as torch_npu runs {public} ({judged.verdict} in torch_npu "
+                          f"{ctx.release.version}), so it is judged as that op"
+                          + (f": {judged.evidence['detail']}" if judged.evidence.get("detail") else ""),
+                "judged_through": public}
+    return judged.verdict, evidence
 
 
 def dtype_warnings(op) -> list[str]:
@@ -354,6 +373,9 @@ def describe_readiness(summary: dict, target: dict | None = None) -> str:
     if not summary:
         return "readiness: not computed"
     version = (target or {}).get("version", "?")
+    if summary.get("readiness_score") is None:
+        return (f"readiness for torch_npu {version}: no score (n/a) - "
+                f"{summary.get('score_unavailable') or 'nothing was measured'}")
     share = summary.get("blocking_time_share") or 0.0
     return (f"readiness for torch_npu {version}: {summary.get('readiness_score')}/100 - "
             f"{summary.get('blocking_signatures', 0)} operator signature(s) not running natively "

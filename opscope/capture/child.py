@@ -135,6 +135,8 @@ def main(config_path: str, analyse=None) -> int:
     # SIGINT ignored (background jobs), so install Python's handler explicitly
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_parent()
+    from opscope.capture.noise import divert_own_warnings
+    divert_own_warnings(out_dir / "capture")   # opscope's warnings go to scan.json notes, not stderr
     sys.argv = [script] + list(config.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured

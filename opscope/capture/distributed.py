@@ -331,7 +331,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
             procs[rank] = proc
-            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, RunFolder(out_dir).capture_dir), daemon=True)
             relay.start()
             relays.append(relay)
         stopping = False

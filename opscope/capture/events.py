@@ -8,7 +8,7 @@ thread from timestamps, like the profiler's own FunctionEvent tree.
 from __future__ import annotations
 
 from opscope.knowledge import is_backend_private
-from opscope.model import OpCall, freeze
+from opscope.model import HOST_BATCH, OpCall, freeze
 
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
 
@@ -105,6 +105,9 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             stack.append((end, (parent_op, ann, ph, bw_seq, True)))
             continue
         phase = ph or "forward"
+        host_batch = ann is not None and ann[3] == HOST_BATCH
+        if host_batch:   # host work whose result the script then moved to the device: data preparation
+            phase = "other"
         seq_nr = e.sequence_nr()
         op = OpCall(
             name=name,

@@ -312,6 +312,8 @@ class _RankTarget:
 
     def __call__(self, rank, *args):
         cfg = self.config
+        from opscope.capture.noise import divert_own_warnings
+        divert_own_warnings(Path(cfg["out_dir"]) / "capture")   # opscope's warnings: the run's notes, not stderr
         captured = rank in cfg["captured"]
         folder = distributed.rank_dir(Path(cfg["out_dir"]), rank, captured)
         RunFolder(folder).clear_capture()

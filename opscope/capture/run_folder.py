@@ -36,7 +36,8 @@ OPERATORS_CSV = "operators.csv"
 LOCK = ".opscope.lock"
 
 # what one capture writes under capture/ (cleared before a capture starts, by every launcher)
-BOOKKEEPING = (STEPS_LOG, OUTCOME, RUNTIME, SCRIPT_TRACEBACK, ANALYSIS_ERROR, STOP_REASON)
+NOISE = "noise.json"           # profiler lines and opscope warnings kept off the terminal (capture/noise.py)
+BOOKKEEPING = (STEPS_LOG, OUTCOME, RUNTIME, SCRIPT_TRACEBACK, ANALYSIS_ERROR, STOP_REASON, NOISE)
 _TRACE_NAME = re.compile(r"step_\d{4,}\.json\Z")
 _RANK_NAME = re.compile(r"rank\d+\Z")
 _SUB_CAPTURES = re.compile(r"(launcher|spawn\d+)\Z")     # capture/launcher, capture/spawnN

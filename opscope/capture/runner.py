@@ -6,7 +6,6 @@ show progress, and turn however the child ended into a ``ChildOutcome``.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -106,7 +105,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
-    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr,), daemon=True)
+    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
     relay.start()
     started = time.monotonic()
     timed_out = False
@@ -171,19 +170,14 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     return outcome
 
 
-_PROFILER_CHATTER = re.compile(rb"^(?:(USDT|INFO|STAGE):\S* ?\S* \d+:\d+ \w+\.cpp:\d+\]"
-                               rb"|\[W\d+ [\d:.]+ (?:\d+ )?profiler_kineto\.cpp:\d+\] Toggling"
-                               # Kineto on a CUDA build of torch without a GPU: noise, not the script's error
-                               rb"|ERROR:\S* ?\S* \d+:\d+ \w+\.cpp:\d+\] gpuGetDeviceCount failed"
-                               # Kineto's own line about a trace it could not write: opscope reports it
-                               rb"|ERROR:\S* ?\S* \d+:\d+ output_json\.cpp:\d+\] Fail)")
-
-
-def _relay_stderr(stream) -> None:
-    """Pass the script's stderr through, minus the profiler's own start/stop chatter."""
+def _relay_stderr(stream, capture_dir=None) -> None:
+    """Pass the script's stderr through, minus the profiler's own lines: counted, with the first
+    of each kind, into ``capture_dir/noise.json`` (opscope.capture.noise) for scan.json's notes."""
+    from opscope.capture.noise import Noise
+    noise = Noise(capture_dir)
     out = getattr(sys.stderr, "buffer", None)
     for line in iter(stream.readline, b""):
-        if _PROFILER_CHATTER.match(line):
+        if noise.profiler_line(line):
             continue
         if out is not None:
             out.write(line)
@@ -191,6 +185,7 @@ def _relay_stderr(stream) -> None:
         else:  # pragma: no cover - stderr replaced by a text stream (tests)
             sys.stderr.write(line.decode(errors="replace"))
     stream.close()
+    noise.save()
 
 
 class _Terminated(Exception):

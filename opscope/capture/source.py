@@ -51,6 +51,7 @@ _DATA_DEPENDENT = frozenset(k for k in PYTHON_TO_ATEN if k != "__getitem__")
 _SIZED: dict = KNOWLEDGE["size_from_arguments"]
 # Calls that copy a tensor value to the host as a Python number (sizes built from it vary).
 _HOST_SYNC = frozenset({"item", "tolist", "__int__", "__index__"})
+_MOVES_TO_DEVICE = frozenset({"to", "cuda", "npu"})
 
 _LIB_DIRS = tuple({
     str(Path(p).resolve()) for p in (
@@ -137,6 +138,7 @@ class SourceTracker(TorchFunctionMode):
         self.owner_pid = os.getpid()
         self.owner_thread = threading.get_ident()
         self.host_values: dict[int, str] = {}                # int value read by .item() -> line
+        self.host_parents: dict[int, set] = {}               # host call (table id) -> host calls of its inputs
         # origins: (line, kind) -> id; per id its parents (origins of its inputs) and the
         # Python calls seen; what changed since the last step is reported with the step
         self.origin_ids: dict[tuple, int] = {}
@@ -201,6 +203,41 @@ class SourceTracker(TorchFunctionMode):
             except Exception:
                 pass
 
+    # -- host batches: host work whose result the script then moves to the device -----------
+    def _note_host_work(self, device: str, args, kwargs, out, idx: int, fname: str) -> None:
+        """Remember which host call made each host tensor (and which host calls made its inputs), so
+        that a later ``.to(device)`` of it marks that work as data preparation (``host_batch_moved``)."""
+        if fname in _MOVES_TO_DEVICE and self.remapper is None and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type == "cpu" and any(t.device.type != "cpu" for t in _iter_tensors(out)):
+            self._host_batch_moved(args)   # a real device: the copy itself shows the move
+        if device != "host":
+            return
+        parents = {getattr(t, "_opscope_host_call", None)
+                   for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ())} - {None}
+        if parents:
+            self.host_parents.setdefault(idx, set()).update(parents)
+        for t in _iter_tensors(out):
+            try:
+                t._opscope_host_call = idx
+            except Exception:
+                pass
+
+    def _host_batch_moved(self, args) -> None:
+        """``args[0]`` (a host tensor) is being moved to the device: the host calls that built it
+        (``torch.stack`` of CPU samples, their slices) are data preparation, not device work."""
+        first = args[0] if args else None
+        if not isinstance(first, torch.Tensor) or getattr(first, "_opscope_dev", False):
+            return
+        todo = [getattr(first, "_opscope_host_call", None)]
+        while todo:
+            idx = todo.pop()
+            if idx is None or idx >= len(self.table.entries) or self.table.entries[idx][3] != "host":
+                continue
+            entry = self.table.entries[idx]
+            from opscope.model import HOST_BATCH
+            self.table.entries[idx] = entry[:3] + (HOST_BATCH,) + entry[4:]
+            todo.extend(self.host_parents.pop(idx, ()))
+
     def begin_loading(self, where: str | None):
         """A DataLoader at ``where`` is fetching a batch: its operators belong to that loader.
 
@@ -243,6 +280,8 @@ class SourceTracker(TorchFunctionMode):
         if self.remapper is not None:
             args, kwargs, handled, result = self.remapper.on_call(func, args, kwargs)
             moved = self.remapper.moved
+            if moved:
+                self._host_batch_moved(args)
             if handled:
                 if moved and isinstance(result, torch.Tensor):
                     result._opscope_dev = True   # type: ignore[attr-defined]
@@ -296,11 +335,12 @@ class SourceTracker(TorchFunctionMode):
         device = "device" if on_device else ("import" if importing else "host")
         triple = (where, newest[0] if newest else None, newest[1] if newest else None, device,
                   tuple(sorted(annotated)))
+        idx = self.table.intern(triple)
         if _RecordFunction is not None:
-            with _RecordFunction(f"opscope#{self.table.intern(triple)}"):
+            with _RecordFunction(f"opscope#{idx}"):
                 out = func(*args, **kwargs)
         else:  # pragma: no cover - older torch
-            with torch.autograd.profiler.record_function(f"opscope#{self.table.intern(triple)}"):
+            with torch.autograd.profiler.record_function(f"opscope#{idx}"):
                 out = func(*args, **kwargs)
         if on_device and self.remapper is not None:
             for t in _iter_tensors(out):
@@ -308,6 +348,7 @@ class SourceTracker(TorchFunctionMode):
                     t._opscope_dev = True
                 except Exception:
                     pass
+        self._note_host_work(device, args, kwargs, out, idx, fname)
         if fname in _HOST_SYNC and where and self.user_code.display(sys._getframe(1).f_code.co_filename):
             # only a value the user's own line reads back (not library bookkeeping)
             for value in (out if isinstance(out, list) else [out]):

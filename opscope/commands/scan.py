@@ -210,6 +210,7 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
                                      device=outcome.extra.get("device", args.device), settings=settings,
                                      outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
                                      static_paths=[], target=args.target)
+        _note_kept_noise(result, out)
         import contextlib
         with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet
               else contextlib.nullcontext()):
@@ -228,7 +229,7 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
     if not args.quiet:
         from opscope.report.terminal import make_console, print_summary
         summary_console = make_console()
-        print_summary(result, summary_console)
+        print_summary(result, summary_console, run_dir=str(out))
         summary_console.print("wrote " + ", ".join(str(p) for p in written), soft_wrap=True)
     if not result.complete:
         code = {"timeout": EXIT_TIMEOUT, "interrupted": outcome.code or 130}.get(outcome.kind, EXIT_SCRIPT_FAILED)
@@ -296,6 +297,16 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
 
 def _steps(n: int) -> str:
     return f"{n} complete step{'' if n == 1 else 's'}"
+
+
+def _note_kept_noise(result, out: Path) -> None:
+    """What was kept off the terminal (profiler lines, opscope's own warnings) goes into scan.json's notes."""
+    from opscope.capture.noise import notes
+    kept = [n for n in notes(out / "capture") if n not in result.notes]
+    if kept:
+        from opscope.report.json_out import write_scan_json
+        result.notes.extend(kept)
+        write_scan_json(result, out / "scan.json")
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:

@@ -158,6 +158,8 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "score_text": f"{score:.0f}" if score is not None else view.NA,
         "score_class": _score_class(score, result),
         "verdict_line": view.verdict_line(result),
+        "scan_state": view.scan_state(result)[0],
+        "nothing_to_change": view.nothing_to_change_text(result),
         "na_count": na_count,
         "operator_count": len(result.operators),
         "blocking_count": sum(counts.get(v, 0) for v in view.BLOCKING),
@@ -169,6 +171,10 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "metadata": view.scan_metadata(result),
         "notes": [str(n) for n in result.notes or []],
         "fixes": [_fix_row(f) for f in fixes],
+        "numeric_hint": view.VERIFY_HINT.format(run_dir="RUN_DIR").split("`"),   # [before, command, after]
+        "numeric_checks": [{"what": c.what, "line": c.line(), "share": view.fmt_percent(c.share),
+                            "filter": c.ops[0] if len(c.ops) == 1 else ""}
+                           for c in view.numeric_checks(result)],
         "charts": [(chart_titles.get(k, k), uri) for k, uri in charts.items() if uri],
         "columns": COLUMNS,
         "ops_json": script_safe_json(_ops_payload(rows)),

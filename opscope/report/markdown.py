@@ -35,7 +35,7 @@ def render_markdown(result: ScanResult) -> str:
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
     name = Path(result.script).name if result.script else "unknown script"
-    out = [f"# NPU readiness: {_cell(name)}", ""]
+    out = [f"# NPU readiness: {_cell(name)}", "", f"**{_cell(view.verdict_line(result))}**", ""]
     out.append(f"**Readiness score:** {view.NA if score is None else f'{score:.0f}/100'} · "
                f"**target:** {_cell(view.target_text(result))} · "
                f"**operator signatures:** {len(result.operators)}")
@@ -53,9 +53,16 @@ def render_markdown(result: ScanResult) -> str:
                       [[i, f.kind, f.what, f.where, view.fmt_percent(f.share) if f.share is not None else "—", f.fix]
                        for i, f in enumerate(fixes, start=1)])
     else:
-        out.append("Nothing to fix.")
+        out.append(_cell(view.nothing_to_change_text(result)))
     from opscope.report.npu_section import markdown_lines
     out += markdown_lines(result, _cell, _table)
+
+    checks = view.numeric_checks(result)
+    if checks:
+        before, command, after = view.VERIFY_HINT.format(run_dir="RUN_DIR").split("`")   # one code span
+        out += ["", "## Numerics to check", "", f"{_cell(before)}`{command}`{_cell(after)} "
+                "(RUN_DIR: the folder of this report).", ""]
+        out += [f"- {_cell(c.line())} ({view.fmt_percent(c.share)} of time)" for c in checks[:MAX_ROWS]]
 
     blocking = view.not_supported_rows(view.operator_rows(result))
     out += ["", f"## Operators that need work ({len(blocking)})", ""]

@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from opscope.model import ScanResult
@@ -97,7 +98,6 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
 
 def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> None:
     """Narrow terminals: one fix per entry, wrapped at spaces (a table would cut file:line)."""
-    from rich.markup import escape
     fixes = view.top_fixes(result, limit=top)
     console.print("[bold]What to change, most important first[/]")
     for i, f in enumerate(fixes, start=1):
@@ -108,7 +108,6 @@ def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> No
 
 
 def _print_top_operators_list(result: ScanResult, console: Console, top: int = 12) -> None:
-    from rich.markup import escape
     ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
     ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
     if not ops:
@@ -121,9 +120,25 @@ def _print_top_operators_list(result: ScanResult, console: Console, top: int = 1
         console.print(f"      shapes {escape(view.fmt_shapes(op.input_shapes) or '-')}")
 
 
-def print_summary(result: ScanResult, console: Console | None = None, top: int = 12) -> None:
+def print_numeric_checks(result: ScanResult, console: Console, run_dir: str = "RUN_DIR", top: int = 5) -> None:
+    """One dim evidence line per operator family with an upstream numeric mismatch (not a fix)."""
+    checks = view.numeric_checks(result)
+    if not checks:
+        return
+    console.print(f"[bold]Numerics to check[/] ({escape(view.VERIFY_HINT.format(run_dir=run_dir))}):")
+    for check in checks[:top]:
+        share = f"  {view.fmt_percent(check.share)} of time" if check.share is not None else ""
+        console.print(f"[dim]  {escape(check.line())}{share}[/]")
+    if len(checks) > top:
+        console.print(f"[dim]  +{len(checks) - top} more operator families in report.html (Numerics to check)[/]")
+
+
+def print_summary(result: ScanResult, console: Console | None = None, top: int = 12,
+                  run_dir: str | None = None) -> None:
     console = console or make_console()
-    status = "[green]complete[/]" if result.complete else f"[red]incomplete[/]: {result.incomplete_reason}"
+    state, why = view.scan_state(result)
+    status = "[green]complete[/]" if result.complete else f"[red]{'failed' if state == 'failed' else 'incomplete'}[/]: " \
+        + escape(result.incomplete_reason or why)
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
                   f"steps={len(result.steps)}  {status}")
     summary = result.summary or {}
@@ -142,9 +157,10 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         if more > 0:
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
     else:
-        console.print("Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found.")
+        console.print(view.nothing_to_change_text(result))
     from opscope.report.npu_section import print_terminal
     print_terminal(result, console)
+    print_numeric_checks(result, console, run_dir or "RUN_DIR")
     if summary:
         counts = summary.get("verdict_counts") or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
@@ -176,10 +192,10 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         t.add_column("became")
         t.add_column("calls", justify="right")
         for f in remaps:
-            t.add_row(f"{f.file}:{f.line}", f.api, f.remapped_to, str(f.count))
+            t.add_row(f"{f.file}:{f.line}" if f.file and f.line else (f.file or "-"), f.api, f.remapped_to, str(f.count))
         console.print(t)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def remapped_calls(result: ScanResult) -> list:

@@ -130,6 +130,10 @@ def fmt_evidence_short(evidence, verdict: str | None = None) -> str:
     elif rule == "backend-private":
         text = f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
                " replaces it on the NPU"
+    elif rule == "backend-implements":
+        half = "the backward of " if evidence.get("part") == "backward" else ""
+        text = (f"the scanning CPU's own kernel for {half}{evidence.get('implements') or 'a public op'}: "
+                f"judged as that op" + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
     elif rule == "inside-parent-kernel":
         text = f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
     elif rule == "no-npu-kernel":
@@ -271,7 +275,7 @@ def readiness_score(result: ScanResult):
 @dataclass
 class Fix:
     """One thing to fix before porting, with the share of time it affects."""
-    kind: str           # "operator" | "dynamic shape" | "CUDA API" | "dtype"
+    kind: str           # "operator" | "dynamic shape" | "CUDA API"
     what: str
     where: str
     share: float | None
@@ -283,21 +287,21 @@ class Fix:
 
 
 # The order of the "what to change" list: what stops or slows the port outright first.
-FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2, "dtype": 3}
+FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2}
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
 def _fix_tier(fix: Fix) -> int:
     tier = FIX_TIERS.get(fix.kind, 4)
     if fix.kind == "CUDA API" and fix.severity != "error":
-        tier = 4  # warning/info findings after the dtype warnings
+        tier = 4  # warning/info findings after the error-level ones
     return tier
 
 
 def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
     """The ranked "what to change" list: blocking operators (with substitute and line), dynamic-shape
-    root causes (with the fix), error-level CUDA findings, dtype (numeric mismatch) warnings, then the
-    remaining findings.  Within a kind the biggest share of measured time comes first, then severity.
+    root causes (with the fix), error-level CUDA findings, then the remaining findings.  Upstream
+    numeric-mismatch notes are evidence to check, not a change: ``numeric_checks`` lists them.  Within a kind the biggest share of measured time comes first, then severity.
     """
     total = total_time_us(result)
     fixes: list[Fix] = []
@@ -346,28 +350,63 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
             fix=finding.replacement or finding.message, severity=finding.severity or "warning",
             link=f"#finding-{i + 1}"))
 
-    by_warning: dict[str, dict] = {}  # one fix per dtype problem, listing the operators it touches
+    fixes.sort(key=lambda f: (_fix_tier(f), -(f.share or 0.0), _SEVERITY_RANK.get(f.severity, 1), f.where, f.what))
+    return fixes if limit is None else fixes[:limit]
+
+
+@dataclass
+class NumericCheck:
+    """One operator family whose upstream torch_npu tests report results differing from the CPU in a
+    dtype the scan used: evidence to check with ``opscope verify``, not a change to make."""
+    family: str         # the OpInfo name the upstream test lists (addmm, nn.functional.linear, ...)
+    dtypes: list
+    meaning: str        # what the failing test means ("results differ from the CPU beyond ...")
+    test: str           # the failing upstream test (test_compare_cpu)
+    ops: list
+    sources: list
+    share: float | None
+
+    @property
+    def what(self) -> str:
+        return f"{'/'.join(self.dtypes)} {self.family}"
+
+    def line(self) -> str:
+        """The one evidence line a report prints for it (the verify command is said once, above)."""
+        where = f" ({', '.join(self.sources[:2])})" if self.sources else ""
+        short = re.search(r"\(([^()]+)\)$", self.meaning)
+        return f"{self.what}{where}: upstream {self.test} fails on the NPU ({short.group(1) if short else self.meaning})"
+
+
+VERIFY_HINT = ("evidence, not a change: upstream torch_npu tests report results that differ from the CPU for "
+               "these operators in the dtypes this scan used; `opscope verify {run_dir} --device npu` "
+               "measures them on your shapes")
+
+
+_WARNING = re.compile(r"^(?P<dtype>[\w.]+): upstream (?P<test>\S+) fails for (?P<family>\S+) on the NPU "
+                      r"\((?P<meaning>.*?)(?:; unsupported_ops_info.*)?\)$")
+
+
+def numeric_checks(result: ScanResult) -> list[NumericCheck]:
+    """One evidence line per operator family with an upstream numeric mismatch, most time first."""
+    total = total_time_us(result)
+    families: dict[str, dict] = {}
     for op in result.operators:
         if verdict_of(op) not in ("native", "composite"):
             continue
         for text in dtype_warning_texts(op.evidence):
-            entry = by_warning.setdefault(_short_dtype_warning(text), {"ops": [], "time": 0.0, "sources": []})
-            if op.name not in entry["ops"]:
-                entry["ops"].append(op.name)
+            m = _WARNING.match(text)
+            if not m:
+                continue
+            entry = families.setdefault(m["family"], {"dtypes": [], "meaning": m["meaning"], "test": m["test"], "ops": [],
+                                                      "sources": [], "time": 0.0})
+            for key, value in (("dtypes", m["dtype"]), ("ops", op.name), ("sources", op.source)):
+                if value and value not in entry[key]:
+                    entry[key].append(value)
             entry["time"] += op_time_us(op)
-            if op.source and op.source not in entry["sources"]:
-                entry["sources"].append(op.source)
-    for short, entry in by_warning.items():
-        names = [n.rpartition("::")[2] for n in entry["ops"]]
-        shown = ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
-        fixes.append(Fix(
-            kind="dtype", what=f"{short} upstream: {shown}", where=", ".join(entry["sources"][:3]),
-            share=entry["time"] / total if total else None,
-            fix="results may differ from the CPU: check with `opscope verify RUN_DIR --device npu` and compare "
-                "losses with `opscope verify --e2e`", ops=list(entry["ops"]), link="#operators"))
-
-    fixes.sort(key=lambda f: (_fix_tier(f), -(f.share or 0.0), _SEVERITY_RANK.get(f.severity, 1), f.where, f.what))
-    return fixes if limit is None else fixes[:limit]
+    checks = [NumericCheck(family, e["dtypes"], e["meaning"], e["test"], e["ops"], e["sources"],
+                           e["time"] / total if total else None) for family, e in families.items()]
+    checks.sort(key=lambda c: (-(c.share or 0.0), c.family))
+    return checks
 
 
 def score_colour(score, result: ScanResult) -> str:
@@ -383,10 +422,48 @@ def score_colour(score, result: ScanResult) -> str:
     return level
 
 
+def measured_steps(result: ScanResult) -> int:
+    """Training iterations captured whole: what a verdict can stand on."""
+    return sum(1 for s in result.steps or [] if s.complete)
+
+
+def scan_state(result: ScanResult) -> tuple[str, str]:
+    """('complete' | 'incomplete' | 'failed', why): a failed scan measured no training iteration (no
+    score), so it has no verdict; an incomplete one has one only for the steps it measured."""
+    summary = result.summary or {}
+    exit_info = result.exit or {}
+    reason = str(result.incomplete_reason or exit_info.get("message") or exit_info.get("kind") or "")
+    unavailable = str(summary.get("score_unavailable") or "")
+    if unavailable or (not result.complete and not measured_steps(result)):
+        why = "; ".join(dict.fromkeys(r for r in (reason, unavailable) if r)) or "nothing was measured"
+        return "failed", why
+    if not result.complete:
+        return "incomplete", reason or "the run stopped early"
+    return "complete", ""
+
+
+def nothing_to_change_text(result: ScanResult) -> str:
+    """What an empty what-to-change list means: never 'nothing to change' for a run that was not seen."""
+    state, why = scan_state(result)
+    if state == "failed":
+        return f"No verdict: the scan failed before any training iteration was measured ({why})."
+    if state == "incomplete":
+        n = measured_steps(result)
+        return (f"No change found in the {n} step{'s' if n != 1 else ''} measured; the run stopped early "
+                f"({why}), so what comes after was not seen.")
+    return "Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found."
+
+
 def verdict_line(result: ScanResult) -> str:
     """One sentence: what stands between this script and a clean run on the chosen torch_npu."""
     target = (result.target or {}).get("version")
+    state, why = scan_state(result)
+    if state == "failed":
+        return f"Scan failed — no verdict{f' for torch_npu {target}' if target else ''}: {why}."
     head = f"On torch_npu {target}" if target else "On the NPU"
+    if state == "incomplete":
+        n = measured_steps(result)
+        head = f"Incomplete — {n} step{'s' if n != 1 else ''} measured ({why}). {head}, in what was measured"
     if not verdicts_computed(result):
         return f"{head}: support verdicts were not computed for this scan."
     names: dict[str, set] = {v: set() for v in BLOCKING}
@@ -405,6 +482,8 @@ def verdict_line(result: ScanResult) -> str:
     if result.root_causes:
         n = len(result.root_causes)
         parts.append(f"{n} line{'s' if n != 1 else ''} cause{'' if n != 1 else 's'} dynamic shapes")
+    if not parts and state == "incomplete":
+        return f"{head}: no operator blocks the port and no CUDA-only call must change; the rest was not seen."
     if not parts:
         return f"{head}: every operator seen runs on the NPU and no CUDA-only call must change."
     share = (result.summary or {}).get("blocking_time_share")

@@ -171,13 +171,15 @@ def build_workbook(result: ScanResult):
     shares = view.verdict_time_share(result)
     score = view.readiness_score(result)
 
-    summary = [["readiness score (0-100)", score if score is not None else view.NA, None],
+    summary = [["verdict", view.verdict_line(result), None],
+               ["readiness score (0-100)", score if score is not None else view.NA, None],
                ["target", view.target_text(result), None],
                ["operator signatures", len(result.operators), None]]
     summary += [[label, text, None] for label, text in view.scan_metadata(result)]
     summary += [[f"verdict: {v}", counts.get(v, 0), shares.get(v, 0.0)] for v in VERDICTS]
     summary += [[f"fix {i}: {f.kind}", f"{f.what} @ {f.where}: {f.fix}" if f.where else f"{f.what}: {f.fix}",
                  f.share] for i, f in enumerate(view.top_fixes(result), start=1)]
+    summary += [[f"numerics to check: {c.what}", c.line(), c.share] for c in view.numeric_checks(result)]
     ws = _sheet(wb, "Summary", ["item", "value", "time share"], summary, formats={2: PERCENT})
     ws.column_dimensions["B"].width = MAX_WIDTH
 
