@@ -25,6 +25,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "python_scalar_dtypes", "known_differences", "npu_kernel_name_families", "npu_inserted_kernel_types")},
         "device_task_classes": dict},
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
+    "npu_memory.yaml": {"default": str, "chips": dict, "card_counts": list},
+    "fake_mode.yaml": {"placeholders": dict, "bool_true_after": list, "bounded_sizes": dict, "factory_fake_mb": int},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},

@@ -245,6 +245,8 @@ class ScanResult(_Record):
     traces: list[str] = field(default_factory=list)
     verification: dict | None = None
     notes: list[str] = field(default_factory=list)
+    fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
+    memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}

@@ -52,6 +52,11 @@ def register(sub) -> None:
     p.add_argument("--max-memory", type=positive_float, default=None, metavar="MB",
                    help="stop the script (keeping what was captured) when it and its processes use more than "
                         "this much memory (default: 3/4 of the machine's RAM)")
+    p.add_argument("--mode", default="real", choices=["real", "fake", "auto"],
+                   help="real (default): run every operator; fake: model, optimizer state and activations are fake "
+                        "tensors (shapes and dtypes, no data; data loading stays real) so a model too big for this "
+                        "machine scans in seconds, without CPU timings; auto: fake when parameters + gradients + "
+                        "optimizer state would not fit in free memory")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary or progress")
     p.set_defaults(func=run)
 
@@ -112,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
     plan = dist_launch.resolve(args.launcher, script, args.world_size, args.ranks)
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
+    mode = _choose_mode(args, script, console)   # --mode fake|auto: fake_mode.py
+    device = args.device.lower()
+    if mode != "real":
+        settings["mode"] = mode
+        device = "cpu"   # fake tensors stand for the device's; CUDA calls are remapped as on a CPU scan
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
@@ -134,12 +144,12 @@ def run(args: argparse.Namespace) -> int:
                 status.update(f"running {script.name} under the profiler: step {done}/{args.steps}")
 
     try:
-        outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
+        outcome = run_script(str(script), args.script_args, out, args.steps, device=device,
                              timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
                              progress=progress, analyse=True, settings=settings, target=args.target,
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
-                                              "max_capture_mb": args.max_capture_mb},
+                                              "max_capture_mb": args.max_capture_mb, "mode": mode},
                              distributed=plan, max_memory_mb=args.max_memory)
     finally:
         status.stop()
@@ -174,6 +184,18 @@ def run(args: argparse.Namespace) -> int:
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)
     return 0
+
+
+def _choose_mode(args: argparse.Namespace, script: Path, console) -> str:
+    """real or fake; ``auto`` asks ``memory_fit.choose_mode`` (a fake probe of the model's construction)."""
+    if args.mode != "auto":
+        return args.mode
+    from opscope.commands.fake_probe import choose_mode
+    mode, why = choose_mode(script, args.script_args, args.timeout)
+    if not args.quiet:
+        console.print(f"opscope: --mode auto chose {mode}: {why}")
+    args.mode_reason = why
+    return mode
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
