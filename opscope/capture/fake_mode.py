@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opscope.knowledge import load as _load
@@ -133,6 +134,25 @@ class MemoryTracker:
                      "module": None, "autograd_node": None}
 
 
+class _BoolProducers(TorchFunctionMode):
+    """Tags the outputs of the Python calls named in ``bool_true_after`` (``torch.isfinite`` decomposes into
+    other ATen ops, so the dispatch level cannot tell it)."""
+
+    def __init__(self, names: frozenset):
+        super().__init__()
+        self.names = names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in self.names and isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            try:
+                out._opscope_op = name   # type: ignore[attr-defined]
+            except Exception:
+                pass
+        return out
+
+
 class FakeRun(TorchDispatchMode):
     """The dispatch mode of ``--mode fake`` (see the module docstring)."""
 
@@ -192,6 +212,14 @@ class FakeRun(TorchDispatchMode):
 
         Optimizer.__init__ = optimizer_init   # type: ignore[method-assign,assignment]
         self._undo.append(lambda: setattr(Optimizer, "__init__", opt_init))
+        from torch.utils import _foreach_utils
+        supported = _foreach_utils._foreach_supported_types
+        if self.fake_type not in supported:   # clip_grad_norm_ & co. take their foreach path as on plain tensors
+            supported.append(self.fake_type)
+            self._undo.append(lambda: supported.remove(self.fake_type))
+        tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()))
+        tagger.__enter__()
+        self._undo.append(lambda: tagger.__exit__(None, None, None))
         self.__enter__()
 
     def uninstall(self) -> None:
@@ -277,7 +305,7 @@ class FakeRun(TorchDispatchMode):
         for t in _tensors(out):
             if isinstance(t, self.fake_type):
                 self.memory.add(t, category)
-                if t.dtype == torch.bool and t.numel() == 1:
+                if t.dtype == torch.bool and t.numel() == 1 and not hasattr(t, "_opscope_op"):
                     try:
                         t._opscope_op = func._overloadpacket.__name__
                     except Exception:

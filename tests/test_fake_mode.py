@@ -1,0 +1,90 @@
+"""`opscope scan --mode fake`: data-dependent places with their lines, and equivalence with a real scan."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCRIPTS, load_scan, run_opscope
+
+NANOGPT_ARGS = ["--device", "cpu", "--dtype", "float32", "--compile", "0", "--max_iters", "3",
+                "--eval_interval", "100"]
+
+
+def _line(script: Path, text: str) -> str:
+    lines = script.read_text().splitlines()
+    return f"{script.name}:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
+def test_item_early_stopping_and_boolean_masks_scan_in_fake_mode(tmp_path):
+    script = SCRIPTS / "fake_item_early_stop.py"
+    proc = run_opscope("scan", script, "--steps", "3", "--mode", "fake", "--out", tmp_path, "--format", "")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    assert scan["complete"] and scan["settings"]["mode"] == "fake"
+    places = {(p["kind"], p["where"]) for p in scan["fake_mode"]["places"]}
+    assert ("data-dependent-size", _line(script, "kept = logits[confident]")) in places
+    assert ("data-dependent-size", _line(script, "y[confident]")) in places
+    assert ("bool-read", _line(script, "torch.isfinite(loss)")) in places
+    assert ("value-read", _line(script, "value = loss.item()")) in places
+    # the isfinite check reads True (a healthy run), so every step trained: 3 complete steps
+    assert sum(1 for s in scan["steps"] if s["complete"]) == 3
+    assert all(op["self_time_us"] == 0 for op in scan["operators"])
+    assert scan["summary"]["time_basis"] == "not measured in fake mode"
+    terminal = " ".join(proc.stdout.split())   # the summary, rich-wrapped
+    assert "not measured in fake mode" in terminal
+    assert _line(script, "value = loss.item()") in terminal
+
+
+def _signatures(scan: dict, ignore: set) -> set:
+    out = set()
+    for op in scan["operators"]:
+        if not op["top_level"] or op["name"] in ignore:
+            continue
+        for phase in set(op["phases"] or [op["phase"]]) - {"other"}:   # set-up initialises fake parameters
+            for src in op["sources"] or [op["source"]]:
+                out.add((op["name"], json.dumps(op["input_shapes"]), json.dumps(op["dtypes"]), phase, src))
+    return out
+
+
+def _real_peak_bytes(script: Path, argv: list) -> int:
+    """Peak live tensor bytes of a plain run of the script, from the profiler's memory events."""
+    code = ("import runpy, sys\nfrom torch.autograd.profiler import profile\n"
+            "sys.argv = sys.argv[1:]\n"
+            "with profile(profile_memory=True, use_kineto=True) as prof:\n"
+            "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "live = peak = 0\n"
+            "for e in sorted(prof.kineto_results.events(), key=lambda e: e.start_ns()):\n"
+            "    if e.name() == '[memory]':\n"
+            "        live += e.nbytes(); peak = max(peak, live)\n"
+            "print(peak)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(script), *argv], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_fake_scan_matches_a_real_scan_of_a_small_gpt(tmp_path):
+    from opscope.knowledge import load
+    script = SCRIPTS / "nanogpt_style.py"
+    scans = {}
+    for mode in ("real", "fake"):
+        out = tmp_path / mode
+        proc = run_opscope("scan", script, "--steps", "3", "--mode", mode, "--out", out, "--format", "", "-q",
+                           "--", *NANOGPT_ARGS)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        scans[mode] = load_scan(out)
+    ignore = set(load("fake_mode.yaml")["known_differences"])
+    real, fake = _signatures(scans["real"], ignore), _signatures(scans["fake"], ignore)
+    assert len(real) > 50
+    assert real == fake, (sorted(real - fake)[:10], sorted(fake - real)[:10])
+    roots = {mode: sorted((r["source"], r["kind"]) for r in scans[mode]["root_causes"]) for mode in scans}
+    assert roots["real"] == roots["fake"]
+    fit = scans["fake"]["memory_fit"]
+    measured = _real_peak_bytes(script, NANOGPT_ARGS)
+    assert abs(fit["peak_bytes"] - measured) <= 0.15 * measured, (fit["peak_bytes"], measured)
+    assert fit["fits_one_card"] and fit["parts"]["optimizer_state"] == 2 * fit["parts"]["parameters"]
