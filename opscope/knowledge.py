@@ -27,7 +27,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
     "npu_memory.yaml": {"default": str, "chips": dict, "card_counts": list},
     "fake_mode.yaml": {"placeholders": dict, "bool_true_after": list, "bounded_sizes": dict, "factory_fake_mb": int,
-                       "known_differences": dict},
+                       "known_differences": dict, "optimizer_state_per_param": dict},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},

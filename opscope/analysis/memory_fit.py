@@ -39,10 +39,12 @@ def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
         return None
     peak = max(steps, key=lambda s: s["bytes"])
     parts = {p: 0 for p in PARTS}
-    for s in steps:   # persistent parts at their largest (optimizer state exists from the first step on)
-        for source in (s.get("breakdown") or {}, s.get("end_breakdown") or {}):
-            for p in ("parameters", "gradients", "optimizer_state"):
-                parts[p] = max(parts[p], int(source.get(p, 0)))
+    for s in steps:   # persistent parts at their largest: as they stand between steps (the optimizer
+        #               update's temporaries are gone), gradients also at the peak (set_to_none frees them)
+        end, at_peak = s.get("end_breakdown") or {}, s.get("breakdown") or {}
+        for p in ("parameters", "optimizer_state"):
+            parts[p] = max(parts[p], int(end.get(p, 0)))
+        parts["gradients"] = max(parts["gradients"], int(end.get("gradients", 0)), int(at_peak.get("gradients", 0)))
     parts["activations"] = max(0, int(peak["bytes"]) - sum(int((peak.get("breakdown") or {}).get(p, 0))
                                                           for p in ("parameters", "gradients", "optimizer_state")))
     card = chip(chip_name)

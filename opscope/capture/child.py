@@ -100,11 +100,12 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
 
 def _fake_mode(config, session):
     """``--mode fake``: the hybrid fake-tensor mode of ``fake_mode.py``, ended with the session's steps."""
-    if config.get("mode") != "fake":
+    if config.get("mode") not in ("fake", "probe"):
         return None
     from opscope.capture.fake_mode import FakeRun
     from opscope.capture.source import UserCode
-    fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(os.path.dirname(os.path.abspath(config["script"]))))
+    fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(os.path.dirname(os.path.abspath(config["script"]))),
+                       probe=config.get("mode") == "probe")
     if hasattr(session, "on_step"):
         session.on_step(fake_run.on_step)
     return fake_run

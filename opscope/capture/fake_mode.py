@@ -156,8 +156,9 @@ class _BoolProducers(TorchFunctionMode):
 class FakeRun(TorchDispatchMode):
     """The dispatch mode of ``--mode fake`` (see the module docstring)."""
 
-    def __init__(self, user_code):
+    def __init__(self, user_code, probe: bool = False):
         super().__init__()
+        self.probe = probe   # --mode auto's probe: stop at the model's first forward (parameters known)
         from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
         self.fake = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_type = FakeTensor
@@ -244,6 +245,9 @@ class FakeRun(TorchDispatchMode):
                 if param.requires_grad and not getattr(param, "_opscope_grad_hook", False):
                     param.register_post_accumulate_grad_hook(self._grad_accumulated)
                     param._opscope_grad_hook = True
+        if self.probe and not self.memory.module_stack:
+            from opscope.capture.session import StopScan
+            raise StopScan("probe: the model's first forward")
         self.memory.module_stack.append(self.memory.module_names.get(id(module), type(module).__name__))
 
     def _forward_post(self, module, args, output) -> None:

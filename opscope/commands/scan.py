@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
                 "timeout": args.timeout, "target": args.target, "requested_device": args.device}
     mode = _choose_mode(args, script, console)   # --mode fake|auto: fake_mode.py
+    if args.mode == "auto":
+        settings["mode_auto"] = getattr(args, "mode_reason", None)
     device = args.device.lower()
     if mode != "real":
         settings["mode"] = mode
@@ -187,13 +189,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _choose_mode(args: argparse.Namespace, script: Path, console) -> str:
-    """real or fake; ``auto`` asks ``memory_fit.choose_mode`` (a fake probe of the model's construction)."""
+    """real or fake; ``auto`` asks ``_fake_probe.choose_mode`` (a fake probe of the model's construction)."""
     if args.mode != "auto":
         return args.mode
-    from opscope.commands.fake_probe import choose_mode
+    from opscope.commands._fake_probe import choose_mode
     mode, why = choose_mode(script, args.script_args, args.timeout)
     if not args.quiet:
-        console.print(f"opscope: --mode auto chose {mode}: {why}")
+        console.print(f"opscope: --mode auto chose {mode}: {why}", soft_wrap=True)
     args.mode_reason = why
     return mode
 
