@@ -21,7 +21,7 @@ def _line(script: Path, text: str) -> str:
 
 def test_item_early_stopping_and_boolean_masks_scan_in_fake_mode(tmp_path):
     script = SCRIPTS / "fake_item_early_stop.py"
-    proc = run_opscope("scan", script, "--steps", "3", "--mode", "fake", "--out", tmp_path, "--format", "")
+    proc = run_opscope("scan", script, "--steps", "3", "--mode", "fake", "--out", tmp_path, "--format", "html,xlsx")
     assert proc.returncode == 0, proc.stderr[-2000:]
     scan = load_scan(tmp_path)
     assert scan["complete"] and scan["settings"]["mode"] == "fake"
@@ -34,6 +34,17 @@ def test_item_early_stopping_and_boolean_masks_scan_in_fake_mode(tmp_path):
     assert sum(1 for s in scan["steps"] if s["complete"]) == 3
     assert all(op["self_time_us"] == 0 for op in scan["operators"])
     assert scan["summary"]["time_basis"] == "not measured in fake mode"
+    html = (tmp_path / "report.html").read_text()
+    assert 'id="memory-fit-table"' in html and _line(script, "y[confident]") in html
+    assert "not measured in fake mode" in html
+    import openpyxl
+    book = openpyxl.load_workbook(tmp_path / "report.xlsx")
+    assert {"Memory fit", "Fake mode"} <= set(book.sheetnames)
+    import opscope
+    layouts = opscope.load(tmp_path).memory_fit
+    assert list(layouts["layout"])[0] == "single card" and list(layouts["cards"])[0] == 1
+    fit = scan["memory_fit"]
+    assert fit["peak_bytes"] == sum(fit["parts"].values()) and fit["parts"]["optimizer_state"] > 0
     terminal = " ".join(proc.stdout.split())   # the summary, rich-wrapped
     assert "not measured in fake mode" in terminal
     assert _line(script, "value = loss.item()") in terminal
@@ -88,3 +99,42 @@ def test_fake_scan_matches_a_real_scan_of_a_small_gpt(tmp_path):
     measured = _real_peak_bytes(script, NANOGPT_ARGS)
     assert abs(fit["peak_bytes"] - measured) <= 0.15 * measured, (fit["peak_bytes"], measured)
     assert fit["fits_one_card"] and fit["parts"]["optimizer_state"] == 2 * fit["parts"]["parameters"]
+
+
+def test_auto_runs_the_small_cnn_for_real(tmp_path):
+    proc = run_opscope("scan", ROOT / "examples" / "train_cnn.py", "--mode", "auto", "--steps", "2", "--out", tmp_path,
+                       "--format", "", "--", "--epochs", "1", "--samples", "256")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--mode auto chose real" in " ".join(proc.stderr.split())
+    scan = load_scan(tmp_path)
+    assert "within" in scan["settings"]["mode_auto"] and scan["fake_mode"] is None
+    assert any(op["self_time_us"] > 0 for op in scan["operators"])   # a real run keeps its timings
+
+
+@pytest.mark.slow
+def test_auto_chooses_fake_for_a_llama_2_7b_configuration():
+    from opscope.commands._fake_probe import choose_mode
+    mode, why = choose_mode(ROOT / "bench" / "scripts" / "llama_train.py", [], None)
+    assert mode == "fake", why
+    # 6.74e9 parameters in fp32 are ~25 GiB; with gradients and AdamW's two moments four times that
+    params = float(why.split("parameters ")[1].split(" GiB")[0])
+    assert 24.5 < params < 25.5 and "AdamW" in why
+
+
+def test_memory_fit_cards_follow_the_sharding_arithmetic():
+    from opscope.analysis.memory_fit import GIB, memory_fit
+    P, A = 25 * GIB, 40 * GIB
+    step = {"bytes": 4 * P + A, "breakdown": {"parameters": P, "gradients": P, "optimizer_state": 2 * P,
+                                             "activations": A},
+            "end_breakdown": {"parameters": P, "gradients": 0, "optimizer_state": 2 * P, "activations": 0},
+            "phase": "backward", "where": "train.py:10", "module": "layers.0.mlp", "step": 2}
+    fit = memory_fit({"steps": [step]})
+    assert not fit["fits_one_card"] and fit["peak_where"] == "train.py:10"
+    cap = fit["capacity_bytes"]
+    for layout, per_card in (("zero1", lambda n: 2 * P + 2 * P / n + A), ("zero3", lambda n: 4 * P / n + A),
+                             ("tensor_parallel", lambda n: (4 * P + A) / n)):
+        n = fit["cards"][layout]["cards"]
+        if n is None:   # params + grads + activations alone exceed a card: no ZeRO-1 layout fits
+            assert 2 * P + A > cap
+        else:
+            assert per_card(n) <= cap and (n == 1 or per_card(n // 2) > cap)

@@ -37,7 +37,8 @@ def describe_place(place: dict) -> str:
     kinds = {"value-read": "read a value back from a fake tensor",
              "bool-read": "branched on a fake tensor",
              "data-dependent-size": "ran a data-dependent-size operator on fake inputs"}
-    what = kinds.get(place.get("kind"), place.get("kind"))
+    kind = str(place.get("kind"))
+    what = kinds.get(kind, kind)
     return (f"fake mode: {place.get('where') or 'library code'} {what} ({place.get('op')}, {place.get('count')}x): "
             f"{place.get('policy')}; results after this line can differ from a real run"
             + ("; on the NPU the output size varies with the data (dynamic shape, often an AI CPU operator)"

@@ -25,6 +25,7 @@ import json
 import sys
 import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -54,7 +55,7 @@ def _tensors(obj, depth: int = 0):
 
 def _in_module_construction() -> bool:
     """Whether an ``nn.Module.__init__`` (or a method it calls) is on the stack."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     module_type = torch.nn.Module
     while frame is not None:
         if frame.f_code.co_name == "__init__":
@@ -311,7 +312,7 @@ class FakeRun(TorchDispatchMode):
                 self.memory.add(t, category)
                 if t.dtype == torch.bool and t.numel() == 1 and not hasattr(t, "_opscope_op"):
                     try:
-                        t._opscope_op = func._overloadpacket.__name__
+                        t._opscope_op = func._overloadpacket.__name__   # type: ignore[attr-defined]
                     except Exception:
                         pass
 
@@ -379,7 +380,7 @@ class FakeRun(TorchDispatchMode):
                 n = torch.broadcast_shapes(x.shape, args[1].shape).numel()
                 out = x.new_empty((n,))
             elif name == "index":
-                indices = []
+                indices: list = []
                 for idx in args[1]:
                     if idx is not None and idx.dtype in (torch.bool, torch.uint8):
                         indices.extend(idx.new_zeros((idx.numel(),), dtype=torch.long) for _ in range(idx.dim()))

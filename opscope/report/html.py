@@ -125,6 +125,13 @@ def _verification_context(verification: dict | None) -> dict | None:
             "metadata": view.verification_metadata(verification), "rows": rows, "e2e": e2e}
 
 
+def _memory_fit_context(fit: dict | None) -> dict | None:
+    if not fit:
+        return None
+    from opscope.analysis.memory_fit import one_line, rows
+    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip")}
+
+
 def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
     from opscope.report import charts as chart_module
@@ -177,6 +184,8 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                     "became": f.remapped_to, "count": int(f.count or 1)}
                    for f in result.findings if getattr(f, "remapped_to", None)],
         "verification": _verification_context(result.verification),
+        "memory_fit": _memory_fit_context(result.memory_fit),
+        "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

@@ -1,0 +1,98 @@
+"""`opscope scan --mode fake` on a full-size LLM: wall time and peak RSS of the whole process tree.
+
+    python bench/fake_scan.py [--steps 3] [--skip-7b]
+
+- Llama-2-7B configuration (bench/scripts/llama_train.py defaults: 32 layers, d 4096, FFN 11008,
+  vocab 32000, seq 4096 with batches padded to the longest, batch 1, bf16 autocast, AdamW):
+  `opscope scan --mode fake --steps 3`.  Acceptance: < 120 s wall and < 3 GB peak RSS (the sum over
+  every process of the scan: opscope, its capture child, anything they start), sampled every 0.2 s.
+- The same script at a 2-layer, d 256 configuration scanned real and fake (the ratio of wall times).
+Prints one line per run and a JSON summary.  Not a timed test: the figures depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "scripts" / "llama_train.py"
+SMALL = ["--layers", "2", "--dim", "256", "--heads", "4", "--hidden", "688", "--vocab", "1000", "--seq", "256"]
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        rss[int(entry)] = int(fields[21]) * page
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total / 2**20
+
+
+def scan(mode: str, steps: int, argv: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="opscope-fake-bench-") as out:
+        cmd = [sys.executable, "-m", "opscope", "scan", str(SCRIPT), "--mode", mode, "--steps", str(steps),
+               "--out", out, "--format", "", "-q", "--", *argv]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = [0.0]
+
+        def sample():
+            while proc.poll() is None:
+                peak[0] = max(peak[0], tree_rss_mb(proc.pid))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        _, err = proc.communicate()
+        wall = time.perf_counter() - t0
+        watcher.join()
+        if proc.returncode != 0:
+            raise SystemExit(f"scan failed ({proc.returncode}): {err[-2000:]}")
+        result = json.loads((Path(out) / "scan.json").read_text())
+    fit = result.get("memory_fit") or {}
+    return {"mode": mode, "wall_s": round(wall, 1), "peak_rss_mb": round(peak[0]), "operators": len(result["operators"]),
+            "root_causes": [r["source"] for r in result["root_causes"]],
+            "peak_gib": round(fit.get("peak_bytes", 0) / 2**30, 1) if fit else None,
+            "fits_one_card": fit.get("fits_one_card"), "cards": {k: v["cards"] for k, v in (fit.get("cards") or {}).items()}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--skip-7b", action="store_true")
+    args = p.parse_args()
+    runs = {}
+    if not args.skip_7b:
+        runs["llama2_7b_fake"] = scan("fake", args.steps, [])
+        print("Llama-2-7B fake:", runs["llama2_7b_fake"], flush=True)
+    runs["small_real"] = scan("real", args.steps, SMALL)
+    runs["small_fake"] = scan("fake", args.steps, SMALL)
+    runs["small_fake_over_real"] = round(runs["small_fake"]["wall_s"] / runs["small_real"]["wall_s"], 2)
+    print("2-layer real:", runs["small_real"])
+    print("2-layer fake:", runs["small_fake"], "fake/real wall", runs["small_fake_over_real"])
+    print(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()
