@@ -138,3 +138,42 @@ def test_memory_fit_cards_follow_the_sharding_arithmetic():
             assert 2 * P + A > cap
         else:
             assert per_card(n) <= cap and (n == 1 or per_card(n // 2) > cap)
+
+
+def test_data_dependent_sizes_get_their_bound_and_are_listed(tmp_path):
+    script = SCRIPTS / "fake_data_dependent_ops.py"
+    proc = run_opscope("scan", script, "--steps", "3", "--mode", "fake", "--out", tmp_path, "--format", "", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    places = {(p["op"], p["where"]): p for p in load_scan(tmp_path)["fake_mode"]["places"]}
+    for op, text in (("aten::nonzero", "torch.nonzero(out > 0)"), ("aten::masked_select", "torch.masked_select"),
+                     ("aten::_unique2", "classes = torch.unique"), ("aten::_unique2", "return_counts=True"),
+                     ("aten::_local_scalar_dense", "means = out.mean(0).tolist()"), ("aten::_local_scalar_dense", "total = int(out.sum())"),
+                     ("aten::any", "while (loss > 10).any()")):
+        assert (op, _line(script, text)) in places, (op, text, sorted(places))
+    # 3 steps, each read 8 means back with .tolist(); the tensor-conditioned loop ended (placeholder False)
+    assert places[("aten::_local_scalar_dense", _line(script, "means = out.mean(0).tolist()"))]["count"] == 24
+    assert places[("aten::any", _line(script, "while (loss > 10).any()"))]["value"] is False
+    # the upper bound: 16 x 8 outputs -> 128 selected elements, printed by the script itself
+    assert "torch.Size([128, 2]) torch.Size([128])" in proc.stdout
+
+
+@pytest.mark.slow
+def test_transformers_llama_from_config_scans_fake_like_real(tmp_path):
+    try:
+        import transformers  # noqa: F401
+        from transformers import LlamaForCausalLM  # noqa: F401
+    except Exception as exc:  # not installed, or its optional torchvision import is broken
+        pytest.skip(f"transformers' Llama is not importable here: {str(exc).splitlines()[0][:120]}")
+    script = SCRIPTS / "hf_llama_tiny.py"
+    scans = {}
+    for mode in ("real", "fake"):
+        proc = run_opscope("scan", script, "--steps", "3", "--mode", mode, "--out", tmp_path / mode, "--format", "",
+                           "-q")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        scans[mode] = load_scan(tmp_path / mode)
+    from opscope.knowledge import load
+    ignore = set(load("fake_mode.yaml")["known_differences"])
+    real, fake = _signatures(scans["real"], ignore), _signatures(scans["fake"], ignore)
+    assert real <= fake, sorted(real - fake)[:10]
+    roots = {mode: sorted((r["source"], r["kind"]) for r in scans[mode]["root_causes"]) for mode in scans}
+    assert roots["real"] == roots["fake"] and roots["fake"]

@@ -410,7 +410,11 @@ class FakeRun(TorchDispatchMode):
         self.memory.end_step(index)
 
     def summary(self) -> dict:
-        return {"places": sorted(self.places.values(), key=lambda p: (p["where"] or "", p["kind"])),
+        def order(place: dict) -> tuple:
+            file, _, line = (place["where"] or "").rpartition(":")
+            return file, int(line) if line.isdigit() else 0, place["kind"]
+
+        return {"places": sorted(self.places.values(), key=order),
                 "memory": {"steps": self.memory.steps, "current": dict(self.memory.totals),
                            "peak_now": self.memory.peak},
                 "optimizers": sorted(set(self.optimizers)),
