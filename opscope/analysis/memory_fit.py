@@ -78,14 +78,23 @@ def _gib(n: float) -> str:
 def one_line(fit: dict) -> str:
     """The terminal line: peak, its parts, where, and the cards needed."""
     parts = fit["parts"]
-    where = " at " + " / ".join(x for x in (fit.get("peak_module"), fit.get("peak_where")) if x) \
-        if fit.get("peak_module") or fit.get("peak_where") else ""
+    node = f"in {fit['peak_autograd_node']}" if fit.get("peak_autograd_node") else None
+    where = ", " + " ".join(x for x in (node, fit.get("peak_module") and f"in {fit['peak_module']}",
+                                        fit.get("peak_where") and f"at {fit['peak_where']}") if x) \
+        if node or fit.get("peak_module") or fit.get("peak_where") else ""
     verdict = "fits one" if fit["fits_one_card"] else "does NOT fit one"
     cards = fit["cards"]
 
+    floor = {"zero1": parts["parameters"] + parts["gradients"] + parts["activations"],
+             "zero2": parts["parameters"] + parts["activations"], "zero3": parts["activations"]}
+
     def n(layout: str) -> str:
         c = cards[layout]["cards"]
-        return str(c) if c else "more than the largest layout"
+        if c:
+            return str(c)
+        if layout in floor and floor[layout] > fit["capacity_bytes"]:   # the unsharded part alone is too big
+            return f"never ({_gib(floor[layout])} unsharded per card)"
+        return f"more than {cards[layout].get('largest', 'the largest count')}"
 
     return (f"memory: peak {_gib(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
             f"{_gib(parts['parameters'])} + grads {_gib(parts['gradients'])} + optimizer state "

@@ -237,8 +237,9 @@ class FakeRun(TorchDispatchMode):
     def _forward_pre(self, module, args) -> None:
         if not self.memory.module_stack and id(module) not in self._seen_modules:
             self._seen_modules.add(id(module))
-            for name, sub in module.named_modules():
-                self.memory.module_names.setdefault(id(sub), name or type(module).__name__)
+            top = type(module).__name__
+            for name, sub in module.named_modules():   # "LlamaForCausalLM.model.layers.3.mlp"
+                self.memory.module_names.setdefault(id(sub), f"{top}.{name}" if name else top)
             for tensor in module.buffers():
                 self.memory.claim(tensor, "parameters")
             for param in module.parameters():
