@@ -197,3 +197,17 @@ def test_transformers_llama_from_config_scans_fake_like_real(tmp_path):
     assert real <= fake, sorted(real - fake)[:10]
     roots = {mode: sorted((r["source"], r["kind"]) for r in scans[mode]["root_causes"]) for mode in scans}
     assert roots["real"] == roots["fake"] and roots["fake"]
+
+
+def test_ddp_script_scans_fake_with_its_gradient_all_reduce_recorded(tmp_path):
+    import runpy
+    script = SCRIPTS / "ddp_torchrun_train.py"
+    proc = run_opscope("scan", script, "--mode", "fake", "--steps", "2", "--out", tmp_path, "--format", "", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    assert scan["complete"] and scan["settings"]["distributed"]["launcher"] == "torchrun"
+    model = runpy.run_path(str(script), run_name="not_main")["build_model"]()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    (reduce,) = [c for c in scan["fake_mode"]["collectives"] if c["op"].startswith("all_reduce")]
+    assert reduce["where"] == _line(script, "model = DDP(") and reduce["bytes"] == grad_bytes
+    assert reduce["count"] == 2   # one gradient all-reduce per captured step

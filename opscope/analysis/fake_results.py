@@ -20,7 +20,9 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
     if result.settings.get("mode") == "fake":
         _drop_timings(result)
         places = record.get("places") or []
+        collectives = record.get("collectives") or []
         result.fake_mode = {"places": places, "optimizers": record.get("optimizers") or [],
+                            "collectives": collectives,
                             "timings": NOT_MEASURED,
                             "factory_fake_mb": record.get("factory_fake_mb")}
         result.notes.insert(0, "fake mode: model, optimizer state and activations ran as fake tensors (shapes and "
@@ -28,6 +30,10 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
                                f"{NOT_MEASURED}")
         for place in places:
             result.notes.append(describe_place(place))
+        for c in collectives:
+            result.notes.append(f"fake mode: {c.get('where') or 'library code'} {c.get('op')}: "
+                                f"{_size(c.get('bytes', 0))} per call, {c.get('count')} call(s) (shape-only: "
+                                "not sent; the size is the communication volume per rank)")
     fit = memory_fit(record.get("memory") or {})
     if fit is not None:
         result.memory_fit = fit
@@ -56,3 +62,10 @@ def _drop_timings(result: ScanResult) -> None:
             kept["readiness_score"] = None
         result.summary = {**readiness_summary(result), **kept}
         result.summary["time_basis"] = NOT_MEASURED
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"

@@ -172,6 +172,7 @@ class FakeRun(TorchDispatchMode):
         self._undo: list = []
         self._seen_modules: set[int] = set()
         self.optimizers: list[str] = []
+        self.collectives: dict[tuple, dict] = {}   # (op, line) -> bytes per call, calls
 
     # -- install ---------------------------------------------------------------------
     def install(self) -> None:
@@ -219,10 +220,77 @@ class FakeRun(TorchDispatchMode):
         if self.fake_type not in supported:   # clip_grad_norm_ & co. take their foreach path as on plain tensors
             supported.append(self.fake_type)
             self._undo.append(lambda: supported.remove(self.fake_type))
+        self._install_distributed()
         tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()))
         tagger.__enter__()
         self._undo.append(lambda: tagger.__exit__(None, None, None))
         self.__enter__()
+
+    def _install_distributed(self) -> None:
+        """Collectives on fake tensors are shape-only no-ops whose sizes are recorded (communication
+        volume); DistributedDataParallel of a fake model is its module, its gradient all-reduce recorded."""
+        try:
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+        except Exception:  # pragma: no cover - a torch without distributed
+            return
+        if not dist.is_available():
+            return
+        run = self
+        for name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                     "reduce_scatter_tensor", "all_to_all", "all_to_all_single"):
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+
+            def collective(*args, _original=original, _name=name, **kwargs):
+                fakes = [t for t in _tensors((args, kwargs)) if isinstance(t, run.fake_type)]
+                if not fakes:
+                    return _original(*args, **kwargs)
+                run._collective(_name, sum(t.numel() * t.element_size() for t in fakes))
+                return _DoneWork() if kwargs.get("async_op") else None
+
+            setattr(dist, name, collective)
+            self._undo.append(lambda _name=name, _original=original: setattr(dist, _name, _original))
+        ddp_init, ddp_forward = DDP.__init__, DDP.forward
+
+        def init(this, module, *args, **kwargs):
+            if not any(isinstance(p, run.fake_type) for p in module.parameters()):
+                return ddp_init(this, module, *args, **kwargs)
+            torch.nn.Module.__init__(this)
+            this.module = module
+            this.require_backward_grad_sync = True
+            this._opscope_fake = True
+            found = run.user_code.frame_of(sys._getframe(1))
+            where = f"{found[0]}:{found[1]}" if found else None
+            size = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+            hooks: list = []
+
+            def backward_done(*_):
+                if this.require_backward_grad_sync:
+                    run._collective("all_reduce (DistributedDataParallel gradient buckets)", size, where)
+
+            params = [p for p in module.parameters() if p.requires_grad]
+            if params:
+                hooks.append(torch.autograd.graph.register_multi_grad_hook(params, backward_done, mode="all"))
+            this._opscope_hooks = hooks
+            return None
+
+        def forward(this, *args, **kwargs):
+            if getattr(this, "_opscope_fake", False):
+                return this.module(*args, **kwargs)
+            return ddp_forward(this, *args, **kwargs)
+
+        DDP.__init__ = init   # type: ignore[method-assign,assignment]
+        DDP.forward = forward   # type: ignore[method-assign,assignment]
+        self._undo += [lambda: setattr(DDP, "__init__", ddp_init), lambda: setattr(DDP, "forward", ddp_forward)]
+
+    def _collective(self, op: str, size: int, where: str | None = None) -> None:
+        if where is None:
+            found = self.user_code.frame_of(sys._getframe(2))
+            where = f"{found[0]}:{found[1]}" if found else None
+        entry = self.collectives.setdefault((op, where), {"op": op, "where": where, "bytes": size, "count": 0})
+        entry["count"] += 1
 
     def uninstall(self) -> None:
         try:
@@ -419,6 +487,7 @@ class FakeRun(TorchDispatchMode):
                 "memory": {"steps": self.memory.steps, "current": dict(self.memory.totals),
                            "peak_now": self.memory.peak},
                 "optimizers": sorted(set(self.optimizers)),
+                "collectives": list(self.collectives.values()),
                 "factory_fake_mb": self.factory_limit // 2**20}
 
     def write(self, capture_dir: Path) -> None:
@@ -426,6 +495,16 @@ class FakeRun(TorchDispatchMode):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.summary(), default=str), encoding="utf-8")
         tmp.replace(path)
+
+
+class _DoneWork:
+    """What an ``async_op=True`` collective on fake tensors returns: already done."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
 
 
 def read(capture_dir: Path) -> dict | None:
