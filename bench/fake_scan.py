@@ -6,7 +6,9 @@
   vocab 32000, seq 4096 with batches padded to the longest, batch 1, bf16 autocast, AdamW):
   `opscope scan --mode fake --steps 3`.  Acceptance: < 120 s wall and < 3 GB peak RSS (the sum over
   every process of the scan: opscope, its capture child, anything they start), sampled every 0.2 s.
-- The same script at a 2-layer, d 256 configuration scanned real and fake (the ratio of wall times).
+- GPT-2 XL in a nanoGPT-style trainer (bench/scripts/gpt2_train.py defaults: 48 layers, d 1600, block 1024,
+  batch 12, 2 micro-batches of gradient accumulation, bf16 autocast, GradScaler, AdamW), fake, 3 steps.
+- The Llama script at a 2-layer, d 256 configuration scanned real and fake (the ratio of wall times).
 Prints one line per run and a JSON summary.  Not a timed test: the figures depend on the machine.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "scripts" / "llama_train.py"
+GPT2 = ROOT / "bench" / "scripts" / "gpt2_train.py"
 SMALL = ["--layers", "2", "--dim", "256", "--heads", "4", "--hidden", "688", "--vocab", "1000", "--seq", "256"]
 
 
@@ -49,9 +52,9 @@ def tree_rss_mb(pid: int) -> float:
     return total / 2**20
 
 
-def scan(mode: str, steps: int, argv: list[str]) -> dict:
+def scan(mode: str, steps: int, argv: list[str], script: Path = SCRIPT) -> dict:
     with tempfile.TemporaryDirectory(prefix="opscope-fake-bench-") as out:
-        cmd = [sys.executable, "-m", "opscope", "scan", str(SCRIPT), "--mode", mode, "--steps", str(steps),
+        cmd = [sys.executable, "-m", "opscope", "scan", str(script), "--mode", mode, "--steps", str(steps),
                "--out", out, "--format", "", "-q", "--", *argv]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -86,6 +89,8 @@ def main() -> None:
     if not args.skip_7b:
         runs["llama2_7b_fake"] = scan("fake", args.steps, [])
         print("Llama-2-7B fake:", runs["llama2_7b_fake"], flush=True)
+        runs["gpt2_xl_fake"] = scan("fake", args.steps, [], GPT2)
+        print("GPT-2 XL fake:", runs["gpt2_xl_fake"], flush=True)
     runs["small_real"] = scan("real", args.steps, SMALL)
     runs["small_fake"] = scan("fake", args.steps, SMALL)
     runs["small_fake_over_real"] = round(runs["small_fake"]["wall_s"] / runs["small_real"]["wall_s"], 2)
