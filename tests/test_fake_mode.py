@@ -30,6 +30,8 @@ def test_item_early_stopping_and_boolean_masks_scan_in_fake_mode(tmp_path):
     assert ("data-dependent-size", _line(script, "y[confident]")) in places
     assert ("bool-read", _line(script, "torch.isfinite(loss)")) in places
     assert ("value-read", _line(script, "value = loss.item()")) in places
+    assert ("checkpoint-save", _line(script, "torch.save(")) in places   # nothing written for a fake model
+    assert not (tmp_path / "checkpoint.pt").exists() and not (ROOT / "checkpoint.pt").exists()
     # the isfinite check reads True (a healthy run), so every step trained: 3 complete steps
     assert sum(1 for s in scan["steps"] if s["complete"]) == 3
     assert all(op["self_time_us"] == 0 for op in scan["operators"])

@@ -42,7 +42,8 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
 def describe_place(place: dict) -> str:
     kinds = {"value-read": "read a value back from a fake tensor",
              "bool-read": "branched on a fake tensor",
-             "data-dependent-size": "ran a data-dependent-size operator on fake inputs"}
+             "data-dependent-size": "ran a data-dependent-size operator on fake inputs",
+             "checkpoint-save": "saved a checkpoint of the fake model"}
     kind = str(place.get("kind"))
     what = kinds.get(kind, kind)
     return (f"fake mode: {place.get('where') or 'library code'} {what} ({place.get('op')}, {place.get('count')}x): "

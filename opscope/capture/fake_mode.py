@@ -221,6 +221,17 @@ class FakeRun(TorchDispatchMode):
             supported.append(self.fake_type)
             self._undo.append(lambda: supported.remove(self.fake_type))
         self._install_distributed()
+        save = torch.save
+
+        def torch_save(obj, *args, **kwargs):
+            if _holds_fake(obj, run.fake_type):   # a checkpoint of the fake model: nothing to write
+                run._place("checkpoint-save", "torch.save", "skipped: nothing written (fake tensors carry no data)",
+                           depth=2)
+                return None
+            return save(obj, *args, **kwargs)
+
+        torch.save = torch_save
+        self._undo.append(lambda: setattr(torch, "save", save))
         tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()))
         tagger.__enter__()
         self._undo.append(lambda: tagger.__exit__(None, None, None))
@@ -404,8 +415,8 @@ class FakeRun(TorchDispatchMode):
         return out
 
     # -- data-dependent values ----------------------------------------------------------
-    def _place(self, kind: str, op: str, rule: str, value=None) -> None:
-        found = self.user_code.frame_of(sys._getframe(3))
+    def _place(self, kind: str, op: str, rule: str, value=None, depth: int = 3) -> None:
+        found = self.user_code.frame_of(sys._getframe(depth))
         where = f"{found[0]}:{found[1]}" if found else None
         key = (kind, op, where)
         entry = self.places.get(key)
@@ -495,6 +506,21 @@ class FakeRun(TorchDispatchMode):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.summary(), default=str), encoding="utf-8")
         tmp.replace(path)
+
+
+def _holds_fake(obj, fake_type, depth: int = 0) -> bool:
+    """Whether a (nested) state dict / list holds a fake tensor."""
+    if isinstance(obj, fake_type):
+        return True
+    if depth >= 6:
+        return False
+    if isinstance(obj, dict):
+        return any(_holds_fake(v, fake_type, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_fake(v, fake_type, depth + 1) for v in obj)
+    if isinstance(obj, torch.nn.Module):
+        return any(isinstance(p, fake_type) for p in obj.parameters())
+    return False
 
 
 class _DoneWork:

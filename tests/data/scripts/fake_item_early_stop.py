@@ -1,5 +1,6 @@
 """A small classifier that logs loss.item() every step, skips non-finite losses, masks low-confidence
-samples out of the loss with boolean indexing, and stops early when the loss stops improving."""
+samples out of the loss with boolean indexing, checkpoints every 100 steps and stops early when the loss
+stops improving."""
 import math
 
 import torch
@@ -24,6 +25,8 @@ for step in range(200):
     optimizer.step()
     value = loss.item()
     print(f"step {step} loss {value:.4f}")
+    if step % 100 == 0:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "checkpoint.pt")
     if value < best - 1e-4:
         best, bad_steps = value, 0
     else:
