@@ -213,3 +213,17 @@ def test_ddp_script_scans_fake_with_its_gradient_all_reduce_recorded(tmp_path):
     (reduce,) = [c for c in scan["fake_mode"]["collectives"] if c["op"].startswith("all_reduce")]
     assert reduce["where"] == _line(script, "model = DDP(") and reduce["bytes"] == grad_bytes
     assert reduce["count"] == 2   # one gradient all-reduce per captured step
+
+
+def test_fake_scan_finds_the_real_scans_dynamic_shape_root_causes(tmp_path, dynamic_scan):
+    """examples/train_dynamic.py: a partial last batch, variable lengths, masks, nonzero, masked_select."""
+    proc = run_opscope("scan", ROOT / "examples" / "train_dynamic.py", "--mode", "fake", "--steps", "6", "--out",
+                       tmp_path, "--format", "", "-q", "--", "--samples", "70", "--batch-size", "16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    fake, real = load_scan(tmp_path), load_scan(dynamic_scan)
+    roots = {name: sorted((r["source"], r["kind"]) for r in scan["root_causes"]) for name, scan in
+             (("real", real), ("fake", fake))}
+    assert roots["fake"] == roots["real"] and len(roots["real"]) >= 3
+    # each data-dependent root on fake inputs is also listed as a place where a policy applied
+    places = {p["where"] for p in fake["fake_mode"]["places"] if p["kind"] == "data-dependent-size"}
+    assert places and places <= {source for source, kind in roots["real"] if kind == "data-dependent-output"}
