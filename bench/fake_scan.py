@@ -6,6 +6,9 @@
   vocab 32000, seq 4096 with batches padded to the longest, batch 1, bf16 autocast, AdamW):
   `opscope scan --mode fake --steps 3`.  Acceptance: < 120 s wall and < 3 GB peak RSS (the sum over
   every process of the scan: opscope, its capture child, anything they start), sampled every 0.2 s.
+- The same configuration as a transformers `LlamaForCausalLM(LlamaConfig(...))` (no weights) trained with a
+  plain loop (tests/data/scripts/hf_llama_tiny.py with 7B arguments), when transformers is installed (a
+  sitecustomize gives torchvision opscope's CPU nms so that transformers imports next to the CPU torch).
 - GPT-2 XL in a nanoGPT-style trainer (bench/scripts/gpt2_train.py defaults: 48 layers, d 1600, block 1024,
   batch 12, 2 micro-batches of gradient accumulation, bf16 autocast, GradScaler, AdamW), fake, 3 steps.
 - The Llama script at a 2-layer, d 256 configuration scanned real and fake (the ratio of wall times).
@@ -52,12 +55,19 @@ def tree_rss_mb(pid: int) -> float:
     return total / 2**20
 
 
-def scan(mode: str, steps: int, argv: list[str], script: Path = SCRIPT) -> dict:
+HF_SCRIPT = ROOT / "tests" / "data" / "scripts" / "hf_llama_tiny.py"
+HF_7B = ["--layers", "32", "--hidden", "4096", "--intermediate", "11008", "--heads", "32", "--vocab", "32000",
+         "--seq", "4096", "--batch-size", "1"]
+SITE = ("try:\n    from opscope.fleet.tv_compat import import_torchvision\n    import_torchvision()\n"
+        "except Exception:\n    pass\n")
+
+
+def scan(mode: str, steps: int, argv: list[str], script: Path = SCRIPT, env: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="opscope-fake-bench-") as out:
         cmd = [sys.executable, "-m", "opscope", "scan", str(script), "--mode", mode, "--steps", str(steps),
                "--out", out, "--format", "", "-q", "--", *argv]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         peak = [0.0]
 
         def sample():
@@ -89,6 +99,14 @@ def main() -> None:
     if not args.skip_7b:
         runs["llama2_7b_fake"] = scan("fake", args.steps, [])
         print("Llama-2-7B fake:", runs["llama2_7b_fake"], flush=True)
+        import importlib.util
+        if importlib.util.find_spec("transformers") is not None:
+            with tempfile.TemporaryDirectory(prefix="opscope-site-") as site:
+                (Path(site) / "sitecustomize.py").write_text(SITE)
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    p for p in (site, os.environ.get("PYTHONPATH")) if p))
+                runs["llama2_7b_transformers_fake"] = scan("fake", args.steps, HF_7B, HF_SCRIPT, env)
+            print("Llama-2-7B (transformers) fake:", runs["llama2_7b_transformers_fake"], flush=True)
         runs["gpt2_xl_fake"] = scan("fake", args.steps, [], GPT2)
         print("GPT-2 XL fake:", runs["gpt2_xl_fake"], flush=True)
     runs["small_real"] = scan("real", args.steps, SMALL)
