@@ -34,7 +34,7 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
             result.notes.append(f"fake mode: {c.get('where') or 'library code'} {c.get('op')}: "
                                 f"{_size(c.get('bytes', 0))} per call, {c.get('count')} call(s) (shape-only: "
                                 "not sent; the size is the communication volume per rank)")
-    fit = memory_fit(record.get("memory") or {})
+    fit = memory_fit(record.get("memory") or {}, result.settings.get("chip"))
     if fit is not None:
         result.memory_fit = fit
 

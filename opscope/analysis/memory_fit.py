@@ -22,14 +22,25 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 GIB = 2 ** 30
 
 
+def _chips() -> dict:
+    """The chip table: ``npu_chips.yaml`` (the NPU estimate's, with ``hbm_gib`` per chip) where it exists,
+    else this fit's own ``npu_memory.yaml``."""
+    from opscope.resources import support_matrix_dir
+    if (support_matrix_dir() / "npu_chips.yaml").is_file():
+        data = load("npu_chips.yaml")
+        if any("hbm_gib" in (spec or {}) for spec in (data.get("chips") or {}).values()):
+            return data
+    return load("npu_memory.yaml")
+
+
 def chip(name: str | None = None) -> dict:
-    data = load("npu_memory.yaml")
-    name = name or data.get("default", "910B")
-    spec = (data.get("chips") or {}).get(name)
-    if spec is None:
-        from opscope.errors import UserError
-        raise UserError(f"unknown NPU chip {name!r} for the memory fit (known: {', '.join(data.get('chips') or {})})")
-    return {"name": name, "capacity_bytes": int(float(spec["hbm_gib"]) * GIB), **spec}
+    """Capacity of chip ``name`` (the table's default when None or unknown to the table)."""
+    data = _chips()
+    chips = data.get("chips") or {}
+    if name not in chips:
+        name = data.get("default") or next(iter(chips))
+    spec = chips[name]
+    return {"name": name, "capacity_bytes": int(float(spec["hbm_gib"]) * GIB), "hbm_gib": spec["hbm_gib"]}
 
 
 def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
