@@ -194,7 +194,10 @@ def main(config_path: str, analyse=None) -> int:
         finally:
             if fake_run is not None:
                 fake_run.uninstall()
-                fake_run.write(out_dir / "capture")
+                try:
+                    fake_run.write(out_dir / "capture")
+                except OSError:   # a full disk: the scan's outcome still gets written below
+                    pass
             kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
             if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
                 session.step_index = rank0_steps
