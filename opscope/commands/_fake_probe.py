@@ -45,11 +45,14 @@ def choose_mode(script: Path, argv: list, timeout: float | None) -> tuple[str, s
         return "real", "the probe saw no model parameters before the script ended (nothing to estimate)"
     params, need, optimizer = estimate(record)
     free = available_bytes()
-    gib = 2 ** 30
-    figures = (f"parameters {params / gib:.2f} GiB, + gradients + optimizer state ({optimizer}) = "
-               f"{need / gib:.2f} GiB, activations not included")
+    figures = (f"parameters {_size(params)}, + gradients + optimizer state ({optimizer}) = {_size(need)}, "
+               "activations not included")
     if free is None:
         return "fake", f"{figures}; free memory unknown here"
     if need > free:
-        return "fake", f"{figures}, more than the {free / gib:.1f} GiB free here"
-    return "real", f"{figures}, within the {free / gib:.1f} GiB free here"
+        return "fake", f"{figures}, more than the {_size(free)} free here"
+    return "real", f"{figures}, within the {_size(free)} free here"
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
