@@ -109,6 +109,13 @@ class Run:
         return _frame(rows, columns)
 
     @cached_property
+    def memory_fit(self):
+        """One row per layout (single card, ZeRO-1/2/3, tensor parallel): cards needed and GiB per card."""
+        from opscope.analysis.memory_fit import rows
+        fit = self.result.memory_fit
+        return _frame(rows(fit) if fit else [], ["layout", "cards", "per_card_gib"])
+
+    @cached_property
     def fixes(self):
         from opscope.report import view
         columns = ["kind", "severity", "what", "where", "time_share", "change", "why", "operators"]

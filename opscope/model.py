@@ -250,6 +250,8 @@ class ScanResult(_Record):
     verification: dict | None = None
     notes: list[str] = field(default_factory=list)
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
+    fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
+    memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}

@@ -100,6 +100,19 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
             pass   # a full disk: the parent says so when it writes scan.json
 
 
+def _fake_mode(config, session):
+    """``--mode fake``: the hybrid fake-tensor mode of ``fake_mode.py``, ended with the session's steps."""
+    if config.get("mode") not in ("fake", "probe"):
+        return None
+    from opscope.capture.fake_mode import FakeRun
+    from opscope.capture.source import UserCode
+    fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(os.path.dirname(os.path.abspath(config["script"]))),
+                       probe=config.get("mode") == "probe")
+    if hasattr(session, "on_step"):
+        session.on_step(fake_run.on_step)
+    return fake_run
+
+
 def main(config_path: str, analyse=None) -> int:
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
@@ -151,7 +164,10 @@ def main(config_path: str, analyse=None) -> int:
     for spec in config.get("plugins", []):
         module_name, _, func_name = spec.partition(":")
         getattr(importlib.import_module(module_name), func_name or "install")(ctx)
+    fake_run = _fake_mode(config, session)   # --mode fake: the model runs as fake tensors
     session.start()
+    if fake_run is not None:
+        fake_run.install()
     code: object   # an exit status, or what a rank reported
     kind, code, message, where = "finished", 0, "", None
     try:
@@ -188,6 +204,12 @@ def main(config_path: str, analyse=None) -> int:
         try:
             session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
         finally:
+            if fake_run is not None:
+                fake_run.uninstall()
+                try:
+                    fake_run.write(out_dir / "capture")
+                except OSError:   # a full disk: the scan's outcome still gets written below
+                    pass
             kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
             if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
                 session.step_index = rank0_steps

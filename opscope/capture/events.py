@@ -83,6 +83,11 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
                 pass
             stack.append((end, (parent_op, ann, ph, bw_seq, private)))
             continue
+        if name == "PythonDispatchMode":
+            # a Python dispatch mode (--mode fake's fake tensors) implementing the enclosing operator: what
+            # it runs inside is its own bookkeeping, not operators of the job
+            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
+            continue
         if not is_operator(name):
             if parent_op is not None:  # e.g. cudaLaunchKernel: its kernel belongs to this op
                 launch_owner[e.correlation_id()] = parent_op

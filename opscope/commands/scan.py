@@ -59,6 +59,11 @@ def register(sub) -> None:
     p.add_argument("--max-memory", type=positive_float, default=None, metavar="MB",
                    help="stop the script (keeping what was captured) when it and its processes use more than "
                         "this much memory (default: 3/4 of the machine's RAM)")
+    p.add_argument("--mode", default="real", choices=["real", "fake", "auto"],
+                   help="real (default): run every operator; fake: model, optimizer state and activations are fake "
+                        "tensors (shapes and dtypes, no data; data loading stays real) so a model too big for this "
+                        "machine scans in seconds, without CPU timings; auto: fake when parameters + gradients + "
+                        "optimizer state would not fit in free memory")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary or progress")
     p.set_defaults(func=run)
 
@@ -140,6 +145,13 @@ def run(args: argparse.Namespace) -> int:
     if wrapped is not None and wrapped.wrapper != "python":
         settings["wrapper"] = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
                                "mixed_precision": wrapped.precision, "dtype": wrapped.dtype, "env": wrapped.env}
+    mode = _choose_mode(args, script, console)   # --mode fake|auto: fake_mode.py
+    if args.mode == "auto":
+        settings["mode_auto"] = getattr(args, "mode_reason", None)
+    device = args.device.lower()
+    if mode != "real":
+        settings["mode"] = mode
+        device = "cpu"   # fake tensors stand for the device's; CUDA calls are remapped as on a CPU scan
     if plan:
         settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
                                    "ranks": plan["ranks"],
@@ -155,13 +167,13 @@ def run(args: argparse.Namespace) -> int:
         from opscope.report.registry import reporters
         run_folder.RunFolder(out).clear_previous_scan([r.file_name for r in reporters("scan").values()])
         return _scan(args, console, script, formats, out, plan, settings,
-                     env=wrapped.env if wrapped is not None else None)
+                     env=wrapped.env if wrapped is not None else None, device=device, mode=mode)
     finally:
         held.release()
 
 
 def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict,
-          env: dict | None = None) -> int:
+          env: dict | None = None, device: str = "auto", mode: str = "real") -> int:
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -186,12 +198,12 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
                 status.update(f"running {script.name} under the profiler: step {done}/{args.steps}")
 
     try:
-        outcome = run_script(str(script), args.script_args, out, args.steps, device=args.device.lower(),
+        outcome = run_script(str(script), args.script_args, out, args.steps, device=device,
                              timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
                              progress=progress, analyse=True, settings=settings, target=args.target,
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
-                                              "max_capture_mb": args.max_capture_mb},
+                                              "max_capture_mb": args.max_capture_mb, "mode": mode},
                              distributed=plan, max_memory_mb=args.max_memory,
                              env=env)
     finally:
@@ -307,6 +319,18 @@ def _note_kept_noise(result, out: Path) -> None:
         from opscope.report.json_out import write_scan_json
         result.notes.extend(kept)
         write_scan_json(result, out / "scan.json")
+
+
+def _choose_mode(args: argparse.Namespace, script: Path, console) -> str:
+    """real or fake; ``auto`` asks ``_fake_probe.choose_mode`` (a fake probe of the model's construction)."""
+    if args.mode != "auto":
+        return args.mode
+    from opscope.commands._fake_probe import choose_mode
+    mode, why = choose_mode(script, args.script_args, args.timeout)
+    if not args.quiet:
+        console.print(f"opscope: --mode auto chose {mode}: {why}", soft_wrap=True)
+    args.mode_reason = why
+    return mode
 
 
 def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:

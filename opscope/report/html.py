@@ -135,6 +135,13 @@ def _npu_context(result: ScanResult) -> dict | None:
             "fps_headers": FPS_HEADERS, "fps": sec.fps, "headers": HEADERS, "rows": sec.rows, "more": sec.more}
 
 
+def _memory_fit_context(fit: dict | None) -> dict | None:
+    if not fit:
+        return None
+    from opscope.analysis.memory_fit import one_line, rows
+    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip")}
+
+
 def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
     from opscope.report import charts as chart_module
@@ -194,6 +201,8 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                    for f in result.findings if getattr(f, "remapped_to", None)],
         "verification": _verification_context(result.verification),
         "npu": _npu_context(result),
+        "memory_fit": _memory_fit_context(result.memory_fit),
+        "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

@@ -85,6 +85,16 @@ def render_markdown(result: ScanResult) -> str:
         out += _table(["severity", "location", "API", "replacement"],
                       [[f.severity, f"{f.file}:{f.line}" if f.file else view.NA, f.api, f.replacement or ""]
                        for f in result.findings[:MAX_ROWS]])
+    if result.memory_fit:
+        from opscope.analysis.memory_fit import one_line, rows
+        out += ["", "## Memory fit", "", one_line(result.memory_fit), ""]
+        out += _table(["layout", f"cards needed ({result.memory_fit.get('chip')})", "GiB per card"],
+                      [[r["layout"], r["cards"] or "does not fit", r["per_card_gib"]] for r in rows(result.memory_fit)])
+    if result.fake_mode is not None:
+        out += ["", "## Fake mode", "", f"Operator times: {result.fake_mode.get('timings')}.", ""]
+        out += _table(["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
+                      [[p.get("where"), p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
+                       for p in result.fake_mode.get("places") or []])
     if result.verification:
         out += _verification_lines(result.verification)
     return "\n".join(out) + "\n"

@@ -194,8 +194,20 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         for f in remaps:
             t.add_row(f"{f.file}:{f.line}" if f.file and f.line else (f.file or "-"), f.api, f.remapped_to, str(f.count))
         console.print(t)
+    _print_fake_and_memory(result, console)
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
+
+
+def _print_fake_and_memory(result: ScanResult, console: Console) -> None:
+    """--mode fake: timings are absent and said so; the memory fit as one line."""
+    if result.fake_mode is not None:
+        places = result.fake_mode.get("places") or []
+        console.print(f"Operator times: {result.fake_mode.get('timings')} (fake tensors carry shapes and dtypes, "
+                      f"no data); {len(places)} data-dependent place(s) listed in the notes")
+    if result.memory_fit:
+        from opscope.analysis.memory_fit import one_line
+        console.print(one_line(result.memory_fit), soft_wrap=True)
 
 
 def remapped_calls(result: ScanResult) -> list:

@@ -211,6 +211,17 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Substitutes", ["operator", "verdict", "substitute (rationale)", "calls", "time share"],
            sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
            verdict_col=1, fills=view.VERDICT_FILLS)
+    if result.memory_fit:   # peak memory per step and the NPU cards it needs
+        from opscope.analysis.memory_fit import GIB, one_line, rows as fit_rows
+        fit = result.memory_fit
+        table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
+        table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
+        table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]
+        _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit['chip']})", "GiB per card"], table)
+    if result.fake_mode is not None:
+        _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
+               [[p.get("where") or view.NA, p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
+                for p in result.fake_mode.get("places") or []])
     if result.verification:
         _add_verification(wb, wb["Summary"], result.verification)
     return wb

@@ -1,0 +1,72 @@
+"""What a ``--mode fake`` scan adds to its result: no CPU timings, the data-dependent places, the memory fit.
+
+A fake run dispatches every operator without data, so its host times measure opscope's
+bookkeeping, not the kernels: they are dropped (the readiness score then weighs signatures
+only) and labelled ``not measured in fake mode``.  Each place where the run had to invent
+a value or a size (``support_matrix/fake_mode.yaml``) is listed with its line: results
+after it can differ from a real run.
+"""
+from __future__ import annotations
+
+from opscope.model import ScanResult
+
+NOT_MEASURED = "not measured in fake mode"
+
+
+def apply_fake(result: ScanResult, record: dict | None) -> None:
+    """Fold the capture's fake-mode record (``capture/fake.json``) into ``result``."""
+    from opscope.analysis.memory_fit import memory_fit
+    record = record or {}
+    if result.settings.get("mode") == "fake":
+        _drop_timings(result)
+        places = record.get("places") or []
+        collectives = record.get("collectives") or []
+        result.fake_mode = {"places": places, "optimizers": record.get("optimizers") or [],
+                            "collectives": collectives,
+                            "timings": NOT_MEASURED,
+                            "factory_fake_mb": record.get("factory_fake_mb")}
+        result.notes.insert(0, "fake mode: model, optimizer state and activations ran as fake tensors (shapes and "
+                               "dtypes, no data); data loading ran for real; CPU timings are "
+                               f"{NOT_MEASURED}")
+        for place in places:
+            result.notes.append(describe_place(place))
+        for c in collectives:
+            result.notes.append(f"fake mode: {c.get('where') or 'library code'} {c.get('op')}: "
+                                f"{_size(c.get('bytes', 0))} per call, {c.get('count')} call(s) (shape-only: "
+                                "not sent; the size is the communication volume per rank)")
+    fit = memory_fit(record.get("memory") or {}, result.settings.get("chip"))
+    if fit is not None:
+        result.memory_fit = fit
+
+
+def describe_place(place: dict) -> str:
+    kinds = {"value-read": "read a value back from a fake tensor",
+             "bool-read": "branched on a fake tensor",
+             "data-dependent-size": "ran a data-dependent-size operator on fake inputs",
+             "checkpoint-save": "saved a checkpoint of the fake model"}
+    kind = str(place.get("kind"))
+    what = kinds.get(kind, kind)
+    return (f"fake mode: {place.get('where') or 'library code'} {what} ({place.get('op')}, {place.get('count')}x): "
+            f"{place.get('policy')}; results after this line can differ from a real run"
+            + ("; on the NPU the output size varies with the data (dynamic shape, often an AI CPU operator)"
+               if place.get("kind") == "data-dependent-size" else ""))
+
+
+def _drop_timings(result: ScanResult) -> None:
+    for op in result.operators:
+        op.self_time_us = op.total_time_us = op.device_time_us = 0.0
+        op.steady_time_us = None
+    if result.summary:
+        from opscope.analysis.verdicts import readiness_summary
+        kept = {k: result.summary[k] for k in ("score_unavailable",) if k in result.summary}
+        if result.summary.get("readiness_score") is None and "score_unavailable" in kept:
+            kept["readiness_score"] = None
+        result.summary = {**readiness_summary(result), **kept}
+        result.summary["time_basis"] = NOT_MEASURED
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"

@@ -1,0 +1,128 @@
+"""Memory fit: the peak device memory of a training step, what it is made of, and the NPU cards it needs.
+
+Input is the capture's tensor-lifetime record (``--mode fake``: every fake storage from its
+creation to its release, classed as parameters, gradients, optimizer state or activations;
+``fake_mode.MemoryTracker``).  The peak is measured, in the captured precision; the
+per-card figures for data parallel with optimizer-state sharding (ZeRO-1/2/3 style) and
+for tensor parallel of N are the usual first-order splits of those four parts:
+
+* data parallel, ZeRO-1: params + grads + optimizer state / N + activations
+* data parallel, ZeRO-2: params + (grads + optimizer state) / N + activations
+* data parallel, ZeRO-3: (params + grads + optimizer state) / N + activations
+* tensor parallel N: (params + grads + optimizer state + activations) / N  (an estimate: norms
+  and embeddings are not always split)
+
+Card capacity is data (``support_matrix/npu_memory.yaml``).
+"""
+from __future__ import annotations
+
+from opscope.knowledge import load
+
+PARTS = ("parameters", "gradients", "optimizer_state", "activations")
+GIB = 2 ** 30
+
+
+def _chips() -> dict:
+    """The chip table: ``npu_chips.yaml`` (the NPU estimate's, with ``hbm_gib`` per chip) where it exists,
+    else this fit's own ``npu_memory.yaml``."""
+    from opscope.resources import support_matrix_dir
+    if (support_matrix_dir() / "npu_chips.yaml").is_file():
+        data = load("npu_chips.yaml")
+        if any("hbm_gib" in (spec or {}) for spec in (data.get("chips") or {}).values()):
+            return data
+    return load("npu_memory.yaml")
+
+
+def chip(name: str | None = None) -> dict:
+    """Capacity of chip ``name`` (the table's default when None or unknown to the table)."""
+    data = _chips()
+    chips = data.get("chips") or {}
+    if name not in chips:
+        name = data.get("default") or next(iter(chips))
+    spec = chips[name]
+    return {"name": name, "capacity_bytes": int(float(spec["hbm_gib"]) * GIB), "hbm_gib": spec["hbm_gib"]}
+
+
+def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
+    """The fit of a capture's memory record (``{"steps": [...]}``), or None when nothing was tracked."""
+    steps = [s for s in (memory or {}).get("steps") or [] if s.get("bytes")]
+    if not steps:
+        return None
+    peak = max(steps, key=lambda s: s["bytes"])
+    parts = {p: 0 for p in PARTS}
+    for s in steps:   # persistent parts at their largest: as they stand between steps (the optimizer
+        #               update's temporaries are gone), gradients also at the peak (set_to_none frees them)
+        end, at_peak = s.get("end_breakdown") or {}, s.get("breakdown") or {}
+        for p in ("parameters", "optimizer_state"):
+            parts[p] = max(parts[p], int(end.get(p, 0)))
+        parts["gradients"] = max(parts["gradients"], int(end.get("gradients", 0)), int(at_peak.get("gradients", 0)))
+    parts["activations"] = max(0, int(peak["bytes"]) - sum(int((peak.get("breakdown") or {}).get(p, 0))
+                                                          for p in ("parameters", "gradients", "optimizer_state")))
+    card = chip(chip_name)
+    cap = card["capacity_bytes"]
+    counts = [int(n) for n in load("npu_memory.yaml").get("card_counts") or [1, 2, 4, 8]]
+    P, G, S, A = (parts[p] for p in PARTS)
+    peak_bytes = max(int(peak["bytes"]), P + G + S + A)
+    layouts = {
+        "zero1": lambda n: P + G + S / n + A,
+        "zero2": lambda n: P + (G + S) / n + A,
+        "zero3": lambda n: (P + G + S) / n + A,
+        "tensor_parallel": lambda n: (P + G + S + A) / n,
+    }
+    cards = {}
+    for name, per_card in layouts.items():
+        fit = next((n for n in counts if per_card(n) <= cap), None)
+        cards[name] = {"cards": fit, "per_card_bytes": int(per_card(fit)) if fit else int(per_card(counts[-1]))}
+    return {
+        "chip": card["name"], "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
+        "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
+        "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),
+        "fits_one_card": peak_bytes <= cap, "cards": cards,
+        "basis": "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)",
+    }
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:,.1f} MiB"
+
+
+def one_line(fit: dict) -> str:
+    """The terminal line: peak, its parts, where, and the cards needed."""
+    parts = fit["parts"]
+    node = f"in {fit['peak_autograd_node']}" if fit.get("peak_autograd_node") else None
+    where = ", " + " ".join(x for x in (node, fit.get("peak_module") and f"in {fit['peak_module']}",
+                                        fit.get("peak_where") and f"at {fit['peak_where']}") if x) \
+        if node or fit.get("peak_module") or fit.get("peak_where") else ""
+    verdict = "fits one" if fit["fits_one_card"] else "does NOT fit one"
+    cards = fit["cards"]
+
+    floor = {"zero1": parts["parameters"] + parts["gradients"] + parts["activations"],
+             "zero2": parts["parameters"] + parts["activations"], "zero3": parts["activations"]}
+
+    def n(layout: str) -> str:
+        c = cards[layout]["cards"]
+        if c:
+            return str(c)
+        if layout in floor and floor[layout] > fit["capacity_bytes"]:   # the unsharded part alone is too big
+            return f"never ({_gib(floor[layout])} unsharded per card)"
+        return f"more than {cards[layout].get('largest', 'the largest count')}"
+
+    return (f"memory: peak {_gib(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
+            f"{_gib(parts['parameters'])} + grads {_gib(parts['gradients'])} + optimizer state "
+            f"{_gib(parts['optimizer_state'])} + activations {_gib(parts['activations'])}; {verdict} "
+            f"{_gib(fit['capacity_bytes'])} {fit['chip']} card; cards needed: ZeRO-1 {n('zero1')}, ZeRO-2 "
+            f"{n('zero2')}, ZeRO-3 {n('zero3')}, tensor parallel {n('tensor_parallel')}")
+
+
+def rows(fit: dict) -> list[dict]:
+    """One row per layout, for the HTML/XLSX section and the DataFrame."""
+    out = [{"layout": "single card", "cards": 1 if fit["fits_one_card"] else None,
+            "per_card_gib": round(fit["peak_bytes"] / GIB, 3)}]
+    names = {"zero1": "data parallel, ZeRO-1 (optimizer state sharded)",
+             "zero2": "data parallel, ZeRO-2 (+ gradients sharded)",
+             "zero3": "data parallel, ZeRO-3 (+ parameters sharded)",
+             "tensor_parallel": "tensor parallel"}
+    for key, label in names.items():
+        c = fit["cards"][key]
+        out.append({"layout": label, "cards": c["cards"], "per_card_gib": round(c["per_card_bytes"] / GIB, 3)})
+    return out

@@ -1,0 +1,541 @@
+"""``opscope scan --mode fake``: run the unmodified script with the model as fake tensors.
+
+A full-size LLM cannot run here (a 7B model needs ~112 GB for fp32 weights, gradients and
+AdamW state), but every ATen operator can be *dispatched* with shapes and dtypes and no data
+(``torch._subclasses.fake_tensor.FakeTensorMode``) and the profiler still records it.
+
+What is fake and what is real (``FakeRun``, a ``TorchDispatchMode`` over the whole script):
+
+* **Fake**: factories (``empty``/``zeros``/``randn``...) run inside an ``nn.Module``'s
+  construction (parameters, buffers), every ``nn.Parameter`` (its data is converted), any
+  factory of ``factory_fake_mb`` or more, and every operator with a fake input (real inputs
+  are converted) — so activations, gradients and optimizer state are fake.
+* **Real**: everything else — DataLoader batches, tensors built from Python/numpy data,
+  small synthetic batches, masks and position ids — so data-driven sizes (padding to the
+  longest, a partial last batch) vary exactly as in a real run.
+
+Values a fake tensor cannot give (``.item()``, ``bool(t)``, ``nonzero``, boolean masks...)
+follow the documented policy of ``support_matrix/fake_mode.yaml``; each place it applied is
+recorded with its source line (``places``) for the report.  The same mode tracks fake
+storages' lifetimes for the memory fit (``MemoryTracker``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import weakref
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from opscope.knowledge import load as _load
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations")
+FAKE_FILE = "fake.json"   # in the capture folder: places and memory, for the analysis
+
+
+def policy() -> dict:
+    return _load("fake_mode.yaml")
+
+
+def _tensors(obj, depth: int = 0):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 2 and isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors(item, depth + 1)
+    elif depth < 2 and isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item, depth + 1)
+
+
+def _in_module_construction() -> bool:
+    """Whether an ``nn.Module.__init__`` (or a method it calls) is on the stack."""
+    frame: FrameType | None = sys._getframe(2)
+    module_type = torch.nn.Module
+    while frame is not None:
+        if frame.f_code.co_name == "__init__":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, module_type):
+                return True
+        frame = frame.f_back
+    return False
+
+
+class MemoryTracker:
+    """Live bytes of fake storages per category; the peak of each step and where it happened.
+
+    A storage is counted once (views share it) from its creation until its Python storage
+    object is finalized (storage objects are preserved while any tensor uses them).
+    """
+
+    def __init__(self, user_code):
+        self.user_code = user_code
+        self.live: dict[int, list] = {}            # storage cdata -> [bytes, category]
+        self.totals = dict.fromkeys(CATEGORIES, 0)
+        self.total = 0
+        self.peak: dict[str, Any] = {"bytes": 0}
+        self.steps: list[dict] = []
+        self.module_stack: list[str] = []
+        self.module_names: dict[int, str] = {}
+
+    def add(self, tensor, category: str) -> None:
+        try:
+            storage = tensor.untyped_storage()
+            key = storage._cdata
+        except Exception:  # not a plain strided tensor
+            return
+        if key in self.live:
+            return
+        size = int(storage.nbytes())
+        self.live[key] = [size, category]
+        self.totals[category] += size
+        self.total += size
+        weakref.finalize(storage, self._free, key)
+        if self.total > self.peak["bytes"]:
+            self._new_peak()
+
+    def claim(self, tensor, category: str) -> None:
+        """``tensor``'s storage is (now) of ``category`` (a parameter, a gradient, optimizer state)."""
+        try:
+            entry = self.live.get(tensor.untyped_storage()._cdata)
+        except Exception:
+            return
+        if entry is None:
+            self.add(tensor, category)
+        elif entry[1] != category:
+            self.totals[entry[1]] -= entry[0]
+            self.totals[category] += entry[0]
+            entry[1] = category
+
+    def _free(self, key: int) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.totals[entry[1]] -= entry[0]
+            self.total -= entry[0]
+
+    def _new_peak(self) -> None:
+        where = self.user_code.frame_of(sys._getframe(3))
+        node = torch._C._current_autograd_node()
+        phase = "backward" if node is not None else ("forward" if self.module_stack else self.phase)
+        self.peak = {"bytes": self.total, "breakdown": dict(self.totals), "phase": phase,
+                     "where": f"{where[0]}:{where[1]}" if where else None,
+                     "module": self.module_stack[-1] if self.module_stack else None,
+                     "autograd_node": node.name() if node is not None else None}
+
+    phase = "other"
+
+    def end_step(self, index: int) -> None:
+        self.steps.append(dict(self.peak, step=index, end_bytes=self.total, end_breakdown=dict(self.totals)))
+        self.peak = {"bytes": self.total, "breakdown": dict(self.totals), "phase": "other", "where": None,
+                     "module": None, "autograd_node": None}
+
+
+class _BoolProducers(TorchFunctionMode):
+    """Tags the outputs of the Python calls named in ``bool_true_after`` (``torch.isfinite`` decomposes into
+    other ATen ops, so the dispatch level cannot tell it)."""
+
+    def __init__(self, names: frozenset):
+        super().__init__()
+        self.names = names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in self.names and isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            try:
+                out._opscope_op = name   # type: ignore[attr-defined]
+            except Exception:
+                pass
+        return out
+
+
+class FakeRun(TorchDispatchMode):
+    """The dispatch mode of ``--mode fake`` (see the module docstring)."""
+
+    def __init__(self, user_code, probe: bool = False):
+        super().__init__()
+        self.probe = probe   # --mode auto's probe: stop at the model's first forward (parameters known)
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        self.fake = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_type = FakeTensor
+        self.user_code = user_code
+        self.rules = policy()
+        self.factory_limit = int(self.rules.get("factory_fake_mb", 64)) * 2**20
+        self.places: dict[tuple, dict] = {}
+        self.memory = MemoryTracker(user_code)
+        self.in_optimizer = False
+        self._undo: list = []
+        self._seen_modules: set[int] = set()
+        self.optimizers: list[str] = []
+        self.collectives: dict[tuple, dict] = {}   # (op, line) -> bytes per call, calls
+
+    # -- install ---------------------------------------------------------------------
+    def install(self) -> None:
+        run = self
+        param_new = torch.nn.Parameter.__new__
+
+        def parameter_new(cls, data=None, requires_grad=True):
+            if data is not None and not isinstance(data, run.fake_type):
+                data = run.fake.from_tensor(data)   # shapes and dtypes, not the values
+            param = param_new(cls, data, requires_grad)
+            run.memory.add(param, "parameters")
+            return param
+
+        torch.nn.Parameter.__new__ = parameter_new   # type: ignore[method-assign,assignment]
+        self._undo.append(lambda: setattr(torch.nn.Parameter, "__new__", param_new))
+        swap = torch.utils.swap_tensors
+
+        def swap_tensors(t1, t2):
+            # Module.to()/.half() swaps fake parameters' Python objects, which the profiler's weak references
+            # to recorded tensors forbid: give the parameter the converted data in place instead
+            if isinstance(t1, run.fake_type) and isinstance(t2, run.fake_type):
+                t1.data = t2.detach()
+                return None
+            return swap(t1, t2)
+
+        torch.utils.swap_tensors = swap_tensors
+        self._undo.append(lambda: setattr(torch.utils, "swap_tensors", swap))
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.optim.optimizer import (Optimizer, register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        handles = [register_module_forward_pre_hook(self._forward_pre), register_module_forward_hook(self._forward_post),
+                   register_optimizer_step_pre_hook(self._optimizer_pre),
+                   register_optimizer_step_post_hook(self._optimizer_post)]
+        self._undo.extend(h.remove for h in handles)
+        opt_init = Optimizer.__init__
+
+        def optimizer_init(this, *args, **kwargs):
+            run.optimizers.append(type(this).__name__)
+            return opt_init(this, *args, **kwargs)
+
+        Optimizer.__init__ = optimizer_init   # type: ignore[method-assign,assignment]
+        self._undo.append(lambda: setattr(Optimizer, "__init__", opt_init))
+        from torch.utils import _foreach_utils
+        supported = _foreach_utils._foreach_supported_types
+        if self.fake_type not in supported:   # clip_grad_norm_ & co. take their foreach path as on plain tensors
+            supported.append(self.fake_type)
+            self._undo.append(lambda: supported.remove(self.fake_type))
+        self._install_distributed()
+        save = torch.save
+
+        def torch_save(obj, *args, **kwargs):
+            if _holds_fake(obj, run.fake_type):   # a checkpoint of the fake model: nothing to write
+                run._place("checkpoint-save", "torch.save", "skipped: nothing written (fake tensors carry no data)",
+                           depth=2)
+                return None
+            return save(obj, *args, **kwargs)
+
+        torch.save = torch_save
+        self._undo.append(lambda: setattr(torch, "save", save))
+        tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()))
+        tagger.__enter__()
+        self._undo.append(lambda: tagger.__exit__(None, None, None))
+        self.__enter__()
+
+    def _install_distributed(self) -> None:
+        """Collectives on fake tensors are shape-only no-ops whose sizes are recorded (communication
+        volume); DistributedDataParallel of a fake model is its module, its gradient all-reduce recorded."""
+        try:
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+        except Exception:  # pragma: no cover - a torch without distributed
+            return
+        if not dist.is_available():
+            return
+        run = self
+        for name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                     "reduce_scatter_tensor", "all_to_all", "all_to_all_single"):
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+
+            def collective(*args, _original=original, _name=name, **kwargs):
+                fakes = [t for t in _tensors((args, kwargs)) if isinstance(t, run.fake_type)]
+                if not fakes:
+                    return _original(*args, **kwargs)
+                run._collective(_name, sum(t.numel() * t.element_size() for t in fakes))
+                return _DoneWork() if kwargs.get("async_op") else None
+
+            setattr(dist, name, collective)
+            self._undo.append(lambda _name=name, _original=original: setattr(dist, _name, _original))
+        ddp_init, ddp_forward = DDP.__init__, DDP.forward
+
+        def init(this, module, *args, **kwargs):
+            if not any(isinstance(p, run.fake_type) for p in module.parameters()):
+                return ddp_init(this, module, *args, **kwargs)
+            torch.nn.Module.__init__(this)
+            this.module = module
+            this.require_backward_grad_sync = True
+            this._opscope_fake = True
+            found = run.user_code.frame_of(sys._getframe(1))
+            where = f"{found[0]}:{found[1]}" if found else None
+            size = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+            hooks: list = []
+
+            def backward_done(*_):
+                if this.require_backward_grad_sync:
+                    run._collective("all_reduce (DistributedDataParallel gradient buckets)", size, where)
+
+            params = [p for p in module.parameters() if p.requires_grad]
+            if params:
+                hooks.append(torch.autograd.graph.register_multi_grad_hook(params, backward_done, mode="all"))
+            this._opscope_hooks = hooks
+            return None
+
+        def forward(this, *args, **kwargs):
+            if getattr(this, "_opscope_fake", False):
+                return this.module(*args, **kwargs)
+            return ddp_forward(this, *args, **kwargs)
+
+        DDP.__init__ = init   # type: ignore[method-assign,assignment]
+        DDP.forward = forward   # type: ignore[method-assign,assignment]
+        self._undo += [lambda: setattr(DDP, "__init__", ddp_init), lambda: setattr(DDP, "forward", ddp_forward)]
+
+    def _collective(self, op: str, size: int, where: str | None = None) -> None:
+        if where is None:
+            found = self.user_code.frame_of(sys._getframe(2))
+            where = f"{found[0]}:{found[1]}" if found else None
+        entry = self.collectives.setdefault((op, where), {"op": op, "where": where, "bytes": size, "count": 0})
+        entry["count"] += 1
+
+    def uninstall(self) -> None:
+        try:
+            self.__exit__(None, None, None)
+        except Exception:  # the script left another mode above ours
+            pass
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    # -- model and optimizer boundaries ------------------------------------------------
+    def _forward_pre(self, module, args) -> None:
+        if not self.memory.module_stack and id(module) not in self._seen_modules:
+            self._seen_modules.add(id(module))
+            top = type(module).__name__
+            for name, sub in module.named_modules():   # "LlamaForCausalLM.model.layers.3.mlp"
+                self.memory.module_names.setdefault(id(sub), f"{top}.{name}" if name else top)
+            for tensor in module.buffers():
+                self.memory.claim(tensor, "parameters")
+            for param in module.parameters():
+                self.memory.claim(param, "parameters")
+                if param.requires_grad and not getattr(param, "_opscope_grad_hook", False):
+                    param.register_post_accumulate_grad_hook(self._grad_accumulated)
+                    param._opscope_grad_hook = True
+        if self.probe and not self.memory.module_stack:
+            from opscope.capture.session import StopScan
+            raise StopScan("probe: the model's first forward")
+        self.memory.module_stack.append(self.memory.module_names.get(id(module), type(module).__name__))
+
+    def _forward_post(self, module, args, output) -> None:
+        if self.memory.module_stack:
+            self.memory.module_stack.pop()
+
+    def _grad_accumulated(self, param) -> None:
+        if param.grad is not None:
+            self.memory.claim(param.grad, "gradients")
+
+    def _optimizer_pre(self, opt, args, kwargs) -> None:
+        self.in_optimizer = True
+        self.memory.phase = "optimizer"
+
+    def _optimizer_post(self, opt, args, kwargs) -> None:
+        self.in_optimizer = False
+        self.memory.phase = "other"
+        for state in opt.state.values():
+            for tensor in _tensors(state):
+                if isinstance(tensor, self.fake_type):
+                    self.memory.claim(tensor, "optimizer_state")
+
+    # -- the dispatch hook -------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        fake_in = has_tensor = False
+        for t in _tensors(args):
+            has_tensor = True
+            if isinstance(t, self.fake_type):
+                fake_in = True
+                break
+        if not fake_in and kwargs:
+            for t in _tensors(kwargs):
+                has_tensor = True
+                if isinstance(t, self.fake_type):
+                    fake_in = True
+                    break
+        if not fake_in:
+            if has_tensor:
+                return func(*args, **kwargs)
+            return self._factory(func, args, kwargs)
+        if func is torch.ops.aten._local_scalar_dense.default:
+            return self._scalar(args[0])
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+        try:
+            with self.fake:
+                out = func(*args, **kwargs)
+        except DynamicOutputShapeException:
+            out = self._bounded(func, args, kwargs)
+        except DataDependentOutputException:
+            if func._overloadpacket.__name__ in ("equal", "allclose", "is_nonzero"):
+                return self._bool_read(func._overloadpacket.__name__, True)
+            raise
+        self._outputs(func, out)
+        return out
+
+    def _outputs(self, func, out) -> None:
+        category = "optimizer_state" if self.in_optimizer else "activations"
+        for t in _tensors(out):
+            if isinstance(t, self.fake_type):
+                self.memory.add(t, category)
+                if t.dtype == torch.bool and t.numel() == 1 and not hasattr(t, "_opscope_op"):
+                    try:
+                        t._opscope_op = func._overloadpacket.__name__   # type: ignore[attr-defined]
+                    except Exception:
+                        pass
+
+    def _factory(self, func, args, kwargs):
+        """Parameters and buffers (built in a module's construction) and big tensors are fake."""
+        building = _in_module_construction()
+        if not building:
+            with self.fake:
+                probe = func(*args, **kwargs)
+            sizes = [t.untyped_storage().nbytes() for t in _tensors(probe) if isinstance(t, self.fake_type)]
+            if not sizes or max(sizes) < self.factory_limit:
+                return func(*args, **kwargs)
+            self._outputs(func, probe)
+            return probe
+        with self.fake:
+            out = func(*args, **kwargs)
+        for t in _tensors(out):
+            if isinstance(t, self.fake_type):
+                self.memory.add(t, "parameters")
+        return out
+
+    # -- data-dependent values ----------------------------------------------------------
+    def _place(self, kind: str, op: str, rule: str, value=None, depth: int = 3) -> None:
+        found = self.user_code.frame_of(sys._getframe(depth))
+        where = f"{found[0]}:{found[1]}" if found else None
+        key = (kind, op, where)
+        entry = self.places.get(key)
+        if entry is None:
+            entry = self.places[key] = {"kind": kind, "op": op, "where": where, "policy": rule, "count": 0}
+            if value is not None:
+                entry["value"] = value
+        entry["count"] += 1
+
+    def _scalar(self, tensor):
+        if tensor.dtype == torch.bool:
+            producer = getattr(tensor, "_opscope_op", None)
+            return self._bool_read(producer, producer in set(self.rules.get("bool_true_after") or ()))
+        values = self.rules.get("placeholders") or {}
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            value: Any = float(values.get("float", 1.0))
+        else:
+            value = int(values.get("int", 1))
+        self._place("value-read", "aten::_local_scalar_dense", f"placeholder {value!r} (.item()/.tolist()/float()/int() "
+                    "of a fake tensor)", value)
+        return value
+
+    def _bool_read(self, producer, true_after: bool):
+        value = True if true_after else bool((self.rules.get("placeholders") or {}).get("bool", False))
+        why = f"after aten::{producer}" if producer else "of a fake tensor"
+        self._place("bool-read", f"aten::{producer}" if producer else "aten::_local_scalar_dense",
+                    f"placeholder {value} (bool() {why})", value)
+        return value
+
+    def _bounded(self, func, args, kwargs):
+        """A data-dependent output size gets its bound (``bounded_sizes`` in fake_mode.yaml)."""
+        name = func._overloadpacket.__name__
+        rules = self.rules.get("bounded_sizes") or {}
+        if name not in rules:
+            raise
+        x = args[0]
+        with self.fake:
+            if name in ("nonzero", "argwhere"):
+                out: Any = x.new_empty((x.numel(), x.dim()), dtype=torch.long)
+            elif name == "masked_select":
+                n = torch.broadcast_shapes(x.shape, args[1].shape).numel()
+                out = x.new_empty((n,))
+            elif name == "index":
+                indices: list = []
+                for idx in args[1]:
+                    if idx is not None and idx.dtype in (torch.bool, torch.uint8):
+                        indices.extend(idx.new_zeros((idx.numel(),), dtype=torch.long) for _ in range(idx.dim()))
+                    else:
+                        indices.append(idx)
+                out = func(x, indices)
+            elif name in ("_unique2", "unique_consecutive"):
+                inverse = kwargs.get("return_inverse", args[2] if len(args) > 2 else False)
+                counts = kwargs.get("return_counts", args[3] if len(args) > 3 else False)
+                out = (x.new_empty((x.numel(),)), x.new_empty(x.shape if inverse else (0,), dtype=torch.long),
+                       x.new_empty((x.numel(),) if counts else (0,), dtype=torch.long))
+            elif name == "unique_dim":
+                out = (x.new_empty(x.shape), x.new_empty((x.shape[args[1]],), dtype=torch.long),
+                       x.new_empty((x.shape[args[1]],), dtype=torch.long))
+            elif name == "bincount":
+                out = x.new_empty((max(int(kwargs.get("minlength", 0) or 0), x.numel()),), dtype=torch.long)
+            elif name == "repeat_interleave":
+                size = kwargs.get("output_size") or x.numel()
+                out = x.new_empty((size,), dtype=torch.long)
+            else:  # pragma: no cover - every key of bounded_sizes has a branch
+                raise NotImplementedError(name)
+        self._place("data-dependent-size", f"aten::{name}", rules[name])
+        return out
+
+    # -- results ----------------------------------------------------------------------
+    def on_step(self, index: int) -> None:
+        self.memory.end_step(index)
+
+    def summary(self) -> dict:
+        def order(place: dict) -> tuple:
+            file, _, line = (place["where"] or "").rpartition(":")
+            return file, int(line) if line.isdigit() else 0, place["kind"]
+
+        return {"places": sorted(self.places.values(), key=order),
+                "memory": {"steps": self.memory.steps, "current": dict(self.memory.totals),
+                           "peak_now": self.memory.peak},
+                "optimizers": sorted(set(self.optimizers)),
+                "collectives": list(self.collectives.values()),
+                "factory_fake_mb": self.factory_limit // 2**20}
+
+    def write(self, capture_dir: Path) -> None:
+        path = Path(capture_dir) / FAKE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.summary(), default=str), encoding="utf-8")
+        tmp.replace(path)
+
+
+def _holds_fake(obj, fake_type, depth: int = 0) -> bool:
+    """Whether a (nested) state dict / list holds a fake tensor."""
+    if isinstance(obj, fake_type):
+        return True
+    if depth >= 6:
+        return False
+    if isinstance(obj, dict):
+        return any(_holds_fake(v, fake_type, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_fake(v, fake_type, depth + 1) for v in obj)
+    if isinstance(obj, torch.nn.Module):
+        return any(isinstance(p, fake_type) for p in obj.parameters())
+    return False
+
+
+class _DoneWork:
+    """What an ``async_op=True`` collective on fake tensors returns: already done."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def read(capture_dir: Path) -> dict | None:
+    """The fake-mode record of a capture (None for a real scan)."""
+    try:
+        return json.loads((Path(capture_dir) / FAKE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
