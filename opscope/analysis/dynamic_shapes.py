@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from opscope.model import DynamicShape, OpCall, RootCause
+from opscope.model import DynamicShape, OpCall, RootCause, loader_key
 
 # origin kinds -> the cause class of scan.json (input-varies, data-dependent-output, host-sync)
 CAUSE_OF_KIND = {"data-dependent-output": "data-dependent-output", "host-sync": "host-sync"}
@@ -64,13 +64,23 @@ def _changed(per_step: dict) -> list[int]:
     """Steps whose set of shapes *changed* from the first step that has any.
 
     A step changes when it shows a shape the first step did not and misses one the first
-    step had: a later step that only adds or drops calls is a different code path.
+    step had: a later step that only adds or drops calls is a different code path.  A step
+    that keeps the first step's shapes and adds a *resized* one (the same arguments and
+    ranks, other sizes) changed too: under gradient accumulation an optimizer step runs
+    several batches, and the one holding the epoch's partial last batch still has full ones.
     """
     if not per_step:
         return []
     steps = sorted(per_step)
     ref = per_step[steps[0]]
-    return [s for s in steps[1:] if not per_step[s] <= ref and not ref <= per_step[s]]
+    ref_layouts = {_layout(r) for r in ref}
+    return [s for s in steps[1:] if not per_step[s] <= ref and (
+        not ref <= per_step[s] or any(_layout(new) in ref_layouts for new in per_step[s] - ref))]
+
+
+def _layout(shape) -> tuple:
+    """A shape key without its sizes: the number of arguments and each one's rank."""
+    return tuple(len(a) if isinstance(a, tuple) else -1 for a in shape) if isinstance(shape, tuple) else ()
 
 
 def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]:
@@ -80,8 +90,10 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
     side = side or {}
     for step in sorted((side or {}), key=int):
         data = side[step] or {}
-        for oid, (where, kind, parents, calls) in (data.get("origins") or {}).items():
-            table[int(oid)] = {"where": where, "kind": kind, "parents": set(parents), "calls": list(calls)}
+        for oid, meta in (data.get("origins") or {}).items():
+            where, kind, parents, calls = meta[:4]
+            table[int(oid)] = {"where": where, "kind": kind, "parents": set(parents), "calls": list(calls),
+                               "library": meta[4] if len(meta) > 4 else None}
         if int(step) < baseline_step:
             continue
         for oid, produced in (data.get("origin_shapes") or {}).items():
@@ -119,11 +131,14 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         steps = _changed(per_step)
         if not steps:
             continue
-        entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set()})
+        entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set(),
+                                                      "libraries": defaultdict(int)})
         entry["steps"].update(steps)
         for step, shapes in per_step.items():
             entry["shapes"][step] |= shapes
         for c in site_calls[site]:
+            if c.library:
+                entry["libraries"][c.library] += c.count or 1
             entry["roots"].update(folded.get(o, o) for o in (c.origins or []) if o in folded or o in entries)
     dynamic: list[DynamicShape] = []
     roots: dict = {}
@@ -131,6 +146,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         shape_sets = [list(s) for shapes in entry["shapes"].values() for s in shapes]
         dims = varying_dims(shape_sets)
         shapes_per_step = {str(k): sorted([_listify(s) for s in v]) for k, v in sorted(entry["shapes"].items())}
+        library = max(entry["libraries"].items(), key=lambda kv: kv[1], default=(None, 0))[0]
         if entry["roots"]:
             primary = max(entry["roots"])  # the closest (latest created) entry point
             for oid in sorted(entry["roots"]):
@@ -143,7 +159,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             if rc is None:
                 rc = roots[("data-dependent-output", source)] = RootCause(
                     source=source, cause=kind, kind=kind, suggestion=know["suggestions"][kind],
-                    varying_dims=list(dims),
+                    varying_dims=list(dims), library=library,
                     evidence=f"{name} (output size depends on tensor values) runs on this line with changing shapes")
             rc.ops.append(name)
         else:
@@ -152,14 +168,15 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             if rc is None:
                 rc = roots[("untraced", source)] = RootCause(
                     source=source, cause="input-varies", kind="untraced", suggestion=know["suggestions"]["untraced"],
-                    varying_dims=list(dims),
+                    varying_dims=list(dims), library=library,
                     evidence="the input shapes of operators on this line changed between steps, but none of their "
                              "inputs carries a traced origin whose shape changed (opscope cannot say where the "
                              "size comes from)")
             rc.ops.append(name)
         dynamic.append(DynamicShape(op=name, source=source, cause=CAUSE_OF_KIND.get(kind, "input-varies"),
                                     varying_dims=dims, shapes_per_step=shapes_per_step, root_cause=where,
-                                    suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"])))
+                                    suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"]),
+                                    library=library))
     # data-dependent operators are dynamic by their outputs, whatever their inputs did
     known = {(d.op, d.source) for d in dynamic}
     for oid in entries:
@@ -230,12 +247,17 @@ def _fold_by_shape_flow(entries: list, origins: dict, produced: dict) -> dict:
     return folded
 
 
+def _loader_info(meta: dict, dataloaders: dict) -> dict:
+    return (dataloaders.get(loader_key(meta["where"], meta.get("library")))
+            or dataloaders.get(meta["where"]) or {})
+
+
 def _kind(oid: int, origins: dict, produced: dict, dataloaders: dict) -> str:
     meta = origins[oid]
     kind = meta["kind"]
     if kind != "loader":
         return kind
-    info = dataloaders.get(meta["where"]) or {}
+    info = _loader_info(meta, dataloaders)
     batch = info.get("batch_size")
     shape_sets = [list(s) for shapes in produced.get(oid, {}).values() for s in shapes]
     dim0 = [d for d in varying_dims(shape_sets) if d.get("dim") == 0]
@@ -273,9 +295,85 @@ def _root(roots: dict, oid: int, origins: dict, produced: dict, changed: dict, f
     if related:
         evidence += (f"; {', '.join(related)} pass(es) on the same varying size in the same steps (shape flow) "
                      "and are fixed with it")
+    set_by, varied = None, ""
+    if meta["kind"] == "loader":
+        info = _loader_info(meta, dataloaders)
+        named = _name_dims(dims, shape_sets, know)
+        varied = _dims_text(named)
+        set_by, suggestion, extra = _loader_advice(kind, meta, info, named, suggestion, know)
+        evidence += extra
     rc = roots[oid] = RootCause(source=meta["where"], cause=CAUSE_OF_KIND.get(kind, "input-varies"), kind=kind,
-                                varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related)
+                                varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related,
+                                library=meta.get("library"), set_by=set_by, varied=varied)
     return rc
+
+
+def _name_dims(dims: list, shape_sets: list, know: dict) -> list[dict]:
+    """``dims`` with each batch dimension named by its tensor's rank (batch-first data):
+    ``sequence length`` for dim 1 of a rank-2 batch tensor."""
+    names = know.get("dimension_names") or {}
+    out = []
+    for d in dims:
+        d = dict(d)
+        if d.get("dim") is not None:
+            ranks = {len(s[d["arg"]]) for s in shape_sets
+                     if d["arg"] < len(s) and isinstance(s[d["arg"]], (list, tuple))}
+            per_rank = (names.get(ranks.pop()) or []) if len(ranks) == 1 else []
+            if d["dim"] < len(per_rank):
+                d["name"] = per_rank[d["dim"]]
+        out.append(d)
+    return out
+
+
+def _dims_text(dims: list) -> str:
+    """``sequence length (dim 1), batch size (dim 0)``: the varying dimensions, each once."""
+    return ", ".join(dict.fromkeys(f"{d['name']} (dim {d['dim']})" if d.get("name") else f"dim {d['dim']}"
+                                   for d in sorted(dims, key=lambda d: -(d.get("dim") or 0))
+                                   if d.get("dim") is not None))
+
+
+def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: str, know: dict):
+    """(set_by, suggestion, extra evidence) for a DataLoader root cause: the collate function or
+    collate call that sets the varying size, and the fix in the terms of the framework that built
+    the loader (``support_matrix/dynamic_shapes.yaml`` ``shape_setters`` / ``loader_builders``)."""
+    setters = know.get("shape_setters") or {}
+    builder = next((b for b in know.get("loader_builders") or []
+                    if (meta.get("library") or "").startswith(b["path"])), None)
+    collate = info.get("collate") or {}
+    called = [c.split(" at ", 1) for c in meta.get("calls") or [] if " at " in c]
+    spec, set_by = None, None
+    if collate.get("name"):
+        spec = setters.get(str(collate["name"]).rsplit(".", 1)[-1])
+        settings = ", ".join(f"{k}={v!r}" for k, v in (collate.get("settings") or {}).items())
+        set_by = f"{collate['name']}({settings})" + (f" at {collate['where']}" if collate.get("where") else "")
+    for name, at in called:
+        if spec is None and name in setters:
+            spec = setters[name]
+            set_by = f"{name} at {at}" + (f" (in the collate function {set_by})" if set_by else "")
+    varies = [d for d in dims if d.get("dim") not in (0, None)]
+    extra = ""
+    if varies:
+        extra = f"; the {_dims_text(varies)} varied"
+        if set_by:
+            extra += f", set by {set_by}" + (f", which {spec['sets']}" if spec else "")
+        if spec:
+            suggestion = f"{spec['fix'][:1].upper()}{spec['fix'][1:]}"
+            if kind == "partial-batch":
+                suggestion += " " + _drop_last_fix(builder, know)
+        elif set_by:
+            suggestion = f"{suggestion} (the collate function is {set_by})"
+    elif kind == "partial-batch" and builder:
+        suggestion = _drop_last_fix(builder, know)
+    if builder:
+        extra += f"; the DataLoader is built by {builder['framework']} at {meta.get('library')}"
+    return set_by, suggestion, extra
+
+
+def _drop_last_fix(builder: dict | None, know: dict) -> str:
+    if builder is None:
+        return know["suggestions"]["partial-batch"]
+    return (f"The last batch of an epoch was smaller than the others (seen in this run): use {builder['drop_last']} "
+            "so every step has the same shapes.")
 
 
 def _ranges(steps: list) -> str:
@@ -286,7 +384,13 @@ def _ranges(steps: list) -> str:
 
 
 def epoch_notes(dataloaders: dict | None, steps_done: int) -> list[str]:
-    """Say when the run stopped before a DataLoader's first epoch ended (its last batch unseen)."""
+    """Say when the run stopped before a DataLoader's first epoch ended (its last batch unseen).
+
+    Steps are optimizer steps: under gradient accumulation each takes several batches, so the
+    steps still needed are the unseen batches divided by the batches per step.  Sizes are this
+    process's share: a DistributedSampler gives each rank ``len(sampler)`` samples (padded to
+    equal shares), so each rank's last batch is full when that share divides by the batch size.
+    """
     notes = []
     for site, info in sorted((dataloaders or {}).items()):
         batches, length = int(info.get("batches") or 0), info.get("length")
@@ -296,11 +400,22 @@ def epoch_notes(dataloaders: dict | None, steps_done: int) -> list[str]:
         known = isinstance(size, int) and isinstance(batch, int) and batch > 0
         if known and (info.get("drop_last") or size % batch == 0):
             continue  # its last batch is a full one: nothing unseen at the epoch's end
-        need = steps_done + (length - batches)
-        note = (f"the run stopped before the end of the first epoch of the DataLoader at {site}: {batches} of its "
-                f"{length} batches were seen, so its last batch and any shape change it brings were not "
-                f"observed; --steps {need} reaches the end of the epoch")
+        per_step = max(1, batches // steps_done) if steps_done else 1
+        need = steps_done + -(-(length - batches) // per_step)
+        shown = site
+        if info.get("where"):
+            shown = f"{info.get('library')} (under {info['where']})" if info.get("library") else info["where"]
+        accumulation = f", {per_step} batches per optimizer step" if per_step > 1 else ""
+        note = (f"the run stopped before the end of the first epoch of the DataLoader at {shown}: {batches} of its "
+                f"{length} batches were seen{accumulation}, so its last batch and any shape change it brings were "
+                f"not observed; --steps {need} reaches the end of the epoch")
         if known:
-            note += f" (with {size} samples in batches of {batch}, the last batch will hold {size % batch})"
+            sampler = info.get("sampler") or {}
+            if isinstance(sampler.get("num_replicas"), int) and sampler["num_replicas"] > 1:
+                note += (f" (this rank's {sampler.get('name', 'sampler')} share is {size} samples of "
+                         f"{sampler['num_replicas']} ranks' in batches of {batch}: each rank's last batch will hold "
+                         f"{size % batch})")
+            else:
+                note += f" (with {size} samples in batches of {batch}, the last batch will hold {size % batch})"
         notes.append(note)
     return notes

@@ -65,6 +65,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     if steps and done < settings.get("steps", 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
+    result.entry_lines = framework_entry_lines(calls)
     result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)
@@ -87,6 +88,17 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     _add_verdicts(result, target, uses_device)
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def framework_entry_lines(calls) -> list[str]:
+    """User lines that run a whole training iteration in library code (``trainer.train()``,
+    ``trainer.fit()``): model/library code below them made both forward or backward work and
+    the optimizer's.  The user cannot act on such a line; reports lead with the library line."""
+    phases: dict[str, set] = {}
+    for c in calls:
+        if c.source and c.library:
+            phases.setdefault(c.source, set()).add(c.phase)
+    return sorted(line for line, seen in phases.items() if "optimizer" in seen and seen & {"forward", "backward"})
 
 
 def unrecorded_notes(steps) -> list[str]:
