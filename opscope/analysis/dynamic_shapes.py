@@ -78,6 +78,17 @@ def _changed(per_step: dict) -> list[int]:
         not ref <= per_step[s] or any(_layout(new) in ref_layouts for new in per_step[s] - ref))]
 
 
+def _set_up_once(per_step: dict, steps: list, site_origins: set, changed: dict) -> bool:
+    """A call site whose shapes changed once, right after the first step, and then stayed the same
+    in at least two later steps, when none of the data it depends on changed in that step: one-time
+    set-up (DDP rebuilds its gradient buckets after the first iteration: the backward's bucket views
+    change once), not a dynamic shape."""
+    later = sorted(per_step)[1:]
+    if len(later) < 2 or steps != later or any(per_step[s] != per_step[later[0]] for s in later):
+        return False
+    return not any(later[0] in changed.get(o, ()) for o in site_origins)
+
+
 def _layout(shape) -> tuple:
     """A shape key without its sizes: the number of arguments and each one's rank."""
     return tuple(len(a) if isinstance(a, tuple) else -1 for a in shape) if isinstance(shape, tuple) else ()
@@ -102,8 +113,10 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
 
 
 def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,
-                        dataloaders: dict | None = None):
+                        dataloaders: dict | None = None, notes: list | None = None):
     """Return (dynamic_shapes, root_causes, dynamic_keys).
+
+    ``notes`` (optional) receives a sentence about call sites judged one-time set-up.
 
     ``side`` maps step -> the capture's side data (``origins``, ``origin_shapes``);
     ``dataloaders`` maps a DataLoader's "file:line" -> {"drop_last", "batch_size", ...}.
@@ -127,9 +140,14 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         per_site[site][c.step].add(_shape_key(c.input_shapes))
         site_calls[site].append(c)
     by_op: dict[tuple, dict] = {}
+    setup_sites: list[tuple] = []
     for site, per_step in per_site.items():
         steps = _changed(per_step)
         if not steps:
+            continue
+        site_origins = {o for c in site_calls[site] for o in (c.origins or [])}
+        if _set_up_once(per_step, steps, site_origins, changed):
+            setup_sites.append(site)
             continue
         entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set(),
                                                       "libraries": defaultdict(int)})
@@ -195,6 +213,12 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
                 shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(_shape_key, outputs)))},
                 root_cause=meta["where"], suggestion=know["suggestions"]["data-dependent-output"]))
             known.add((op, meta["where"]))
+    if setup_sites and notes is not None:
+        shown = ", ".join(sorted({f"{name} at {source or 'an unattributed line'}" for name, source, _, _ in setup_sites}))
+        notes.append(f"{len(setup_sites)} operator call site(s) changed shape once after step {baseline_step} and then "
+                     f"kept the new shapes in every later step while the data they depend on did not change then "
+                     f"({shown}): one-time set-up such as DistributedDataParallel rebuilding its gradient buckets "
+                     "after the first iteration or ZeRO partitioning optimizer state, not a dynamic shape")
     dynamic_keys = {(d.op, d.source) for d in dynamic}
     out = []
     for rc in roots.values():

@@ -46,7 +46,8 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     # steady state: complete steps after the baseline step (set-up and step 1 excluded)
     steady = [s.index for s in steps if s.complete and s.index > baseline]
     operators = aggregate(calls, steady_steps=steady)
-    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
+    setup_notes: list[str] = []
+    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"), setup_notes)
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
     uses_device = any(op.on_device for op in operators)
@@ -66,6 +67,7 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
     result.entry_lines = framework_entry_lines(calls)
+    result.notes.extend(setup_notes)
     result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)

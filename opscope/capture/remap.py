@@ -40,7 +40,8 @@ class RuntimeFindings:
         spec = _rules()[rule]
         self.items[key] = Finding(rule=rule, file=file, line=line, api=api, message=spec["message"],
                                   replacement=spec.get("replacement"), severity=spec.get("severity", "warning"),
-                                  origin="runtime", remapped_to=spec.get("became") if remapped else None)
+                                  origin="runtime", remapped_to=spec.get("became") if remapped else None,
+                                  library=self.user_code.library_of(sys._getframe(depth)))
 
     def list(self) -> list[Finding]:
         return list(self.items.values())

@@ -128,6 +128,17 @@ class UserCode:
         self._cache[filename] = result
         return result
 
+    def library_of(self, frame) -> str | None:
+        """Innermost library frame at or above ``frame``, below the first user frame, as "file:line"."""
+        while frame is not None:
+            if self.display(frame.f_code.co_filename) is not None:
+                return None
+            lib = self.library(frame.f_code.co_filename)
+            if lib is not None:
+                return f"{lib}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
     def frame_of(self, frame) -> tuple[str, int] | None:
         """First user frame at or above ``frame`` as (display path, line)."""
         while frame is not None:
