@@ -26,7 +26,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "device_task_classes": dict},
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
-                            "suggestions": dict, "dimension_names": dict, "collate_settings": list,
+                            "suggestions": dict, "dimension_names": dict, "collate_settings": list, "collate_wrapped": list,
                             "shape_setters": dict, "loader_builders": list},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
     "runtime_remaps.yaml": {"rules": dict},

@@ -265,7 +265,11 @@ def _fold_by_shape_flow(entries: list, origins: dict, produced: dict) -> dict:
             if b >= a or b in folded:
                 continue
             theirs = _values_by_step(produced[b], None)
-            if all(step in theirs and values <= theirs[step] for step, values in mine.items()):
+            # a loader that prefetches (accelerate's DataLoaderShard, a pin-memory thread) made the
+            # batch a step uses in that step or the one before
+            ahead = 1 if origins[b]["kind"] == "loader" else 0
+            if all(any(values <= theirs.get(step - k, set()) | (theirs.get(step, set()) if k else set())
+                       for k in range(ahead + 1)) for step, values in mine.items()):
                 folded[a] = b
                 break
     return folded
@@ -361,8 +365,9 @@ def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: st
     collate call that sets the varying size, and the fix in the terms of the framework that built
     the loader (``support_matrix/dynamic_shapes.yaml`` ``shape_setters`` / ``loader_builders``)."""
     setters = know.get("shape_setters") or {}
+    built_in = info.get("built_in") or ([meta["library"]] if meta.get("library") else [])
     builder = next((b for b in know.get("loader_builders") or []
-                    if (meta.get("library") or "").startswith(b["path"])), None)
+                    if any(str(line).startswith(b["path"]) for line in built_in)), None)
     collate = info.get("collate") or {}
     called = [c.split(" at ", 1) for c in meta.get("calls") or [] if " at " in c]
     spec, set_by = None, None
@@ -389,7 +394,8 @@ def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: st
     elif kind == "partial-batch" and builder:
         suggestion = _drop_last_fix(builder, know)
     if builder:
-        extra += f"; the DataLoader is built by {builder['framework']} at {meta.get('library')}"
+        at = next((line for line in built_in if str(line).startswith(builder["path"])), meta.get("library"))
+        extra += f"; the DataLoader is built by {builder['framework']} at {at}"
     return set_by, suggestion, extra
 
 

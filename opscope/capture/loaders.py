@@ -28,6 +28,12 @@ def describe_callable(fn, user_code) -> dict | None:
     if fn is None:
         return None
     target = fn.func if isinstance(fn, functools.partial) else fn
+    for _ in range(3):   # wrappers around the user's collator (Trainer's RemoveColumnsCollator)
+        inner = next((getattr(target, a) for a in _knowledge().get("collate_wrapped") or []
+                      if callable(getattr(target, a, None))), None)
+        if inner is None or hasattr(target, "__code__"):
+            break
+        target = fn = inner
     is_function = hasattr(target, "__code__")
     code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
     name = getattr(target, "__qualname__", None) if is_function else type(target).__qualname__
@@ -72,17 +78,18 @@ def samples_per_epoch(loader) -> int | None:
     return None
 
 
-def construction_site(user_code, frame) -> tuple[str | None, str | None]:
-    """(user line, innermost library line below it) of the code constructing a DataLoader."""
-    library = None
+def construction_site(user_code, frame) -> tuple[str | None, list[str]]:
+    """(user line, library lines below it, innermost first) of the code constructing a DataLoader:
+    the innermost says where, the outer ones which framework built it (Trainer via accelerate)."""
+    libraries: list[str] = []
     while frame is not None:
         filename = frame.f_code.co_filename
         shown = user_code.display(filename)
         if shown is not None:
-            return f"{shown}:{frame.f_lineno}", library
-        if library is None and (lib := user_code.library(filename)) is not None:
-            library = f"{lib}:{frame.f_lineno}"
+            return f"{shown}:{frame.f_lineno}", libraries
+        if (lib := user_code.library(filename)) is not None and len(libraries) < 12:
+            libraries.append(f"{lib}:{frame.f_lineno}")
         frame = frame.f_back
-    return None, library
+    return None, libraries
 
 

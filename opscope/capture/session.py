@@ -543,7 +543,8 @@ class CaptureSession:
         orig_next = _BaseDataLoaderIter.__next__
 
         def init(this, *args, **kwargs):
-            where, library = construction_site(session.user_code, _caller())
+            where, stack = construction_site(session.user_code, _caller())
+            library = stack[0] if stack else None
             this._opscope_site = loader_key(where, library) if where else None
             this._opscope_where = (where, library)
             out = orig_init(this, *args, **kwargs)
@@ -553,7 +554,7 @@ class CaptureSession:
                 info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
                         "batch_size": getattr(this, "batch_size", None), "length": None,
                         "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
-                        "iterators": 0, "where": where, "library": library,
+                        "iterators": 0, "where": where, "library": library, "built_in": stack,
                         "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
                         "sampler": describe_sampler(this)}
                 try:

@@ -21,7 +21,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Literal
@@ -106,7 +106,10 @@ class UserCode:
         result = None
         if filename and not filename.startswith("<") and self.display(filename) is None:
             path = str(Path(filename).resolve())
-            if not (path.startswith(_TORCH_DIRS) or path.startswith(_STDLIB_DIRS) or path.startswith(_OPSCOPE_DIR)):
+            installed = f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+            # (a virtual environment's "stdlib" path is the folder holding its site-packages)
+            if not (path.startswith(_TORCH_DIRS) or path.startswith(_OPSCOPE_DIR)
+                    or (not installed and path.startswith(_STDLIB_DIRS))):
                 result = _site_relative(path)
         self._lib_cache[filename] = result
         return result
@@ -168,6 +171,19 @@ def _iter_tensors(obj, depth=0):
     elif depth < 2 and isinstance(obj, dict):
         for item in obj.values():
             yield from _iter_tensors(item, depth + 1)
+
+
+def _iter_batch(obj, depth=0):
+    """The tensors of a DataLoader batch: also inside mappings that are not dicts (transformers'
+    BatchEncoding is a UserDict), which the per-call ``_iter_tensors`` leaves out for speed."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 3 and isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _iter_batch(item, depth + 1)
+    elif depth < 3 and isinstance(obj, Mapping):
+        for item in obj.values():
+            yield from _iter_batch(item, depth + 1)
 
 
 class SourceTracker(TorchFunctionMode):
@@ -240,17 +256,17 @@ class SourceTracker(TorchFunctionMode):
             self.changed_origins.add(oid)
         return oid
 
-    def _produced(self, oid: int, obj) -> frozenset:
+    def _produced(self, oid: int, obj, batch: bool = False) -> frozenset:
         """Record the shapes ``obj`` has as an output of origin ``oid``; tag its tensors."""
-        tensors = list(_iter_tensors(obj))
+        tensors = list(_iter_batch(obj) if batch else _iter_tensors(obj))
         self.origin_shapes.setdefault(oid, set()).add(tuple(tuple(t.shape) for t in tensors))
         return frozenset((oid,))
 
     def tag(self, obj, where: str, cause: str = "loader", library: str | None = None) -> None:
         """Mark tensors in ``obj`` (a DataLoader batch) as originating at ``where``."""
         oid = self._origin(where, "loader", (), "DataLoader", library)
-        origins = self._produced(oid, obj)
-        for t in _iter_tensors(obj):
+        origins = self._produced(oid, obj, batch=True)
+        for t in _iter_batch(obj):
             try:
                 t._opscope_origins = origins
             except Exception:
@@ -341,7 +357,9 @@ class SourceTracker(TorchFunctionMode):
         elif fname in _SIZED:
             kind = _SIZED[fname]
         oid = None
-        if kind is not None and where is not None:
+        # inside a DataLoader's next() (the dataset, the collate function) the batch as a whole is
+        # the origin: a collate function's padding or torch.tensor() is fixed at the DataLoader
+        if kind is not None and where is not None and self.loading is None:
             parents = () if kind in ("host-sync", "factory") else origins
             assert at is not None   # `where` or the synced value's line, both checked above
             oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
