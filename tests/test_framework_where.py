@@ -92,6 +92,9 @@ def test_closure_step_forward_is_forward_and_epoch_hint_counts_optimizer_steps(t
     model = [op for op in result["operators"] if (op["library"] or "").startswith("minitrain/modeling.py")
              and op["phase"] != "other"]
     assert model and {op["phase"] for op in model} == {"forward", "backward"}
+    # each step runs 3 micro-batches: 2 closures called directly, the last by the optimizer
+    embedding = [op for op in result["operators"] if op["name"] == "aten::embedding"]
+    assert sum(op["calls"] for op in embedding) == 6
     step_line = line("minitrain/trainer.py", "optimizer.step(closure)", LIB)
     own = {op["name"] for op in ops_at(result, step_line) if op["phase"] == "optimizer"}
     assert any(name.startswith("aten::_foreach_") or name in ("aten::lerp_", "aten::addcdiv_") for name in own), own
@@ -157,3 +160,14 @@ def test_hf_trainer_padding_collator_is_the_root_cause(tmp_path, padding):
     assert "transformers/data/data_collator.py" in rc["set_by"]
     assert 'padding="max_length"' in rc["suggestion"] and "pad_to_multiple_of" in rc["suggestion"]
     assert "built by Hugging Face Trainer at transformers/trainer.py:" in rc["evidence"]
+
+
+def test_pad_sequence_in_a_collate_function_is_named(tmp_path):
+    result = scan(tmp_path, "padded_tagger.py", 4)
+    script = "padded_tagger.py"
+    (rc,) = result["root_causes"]
+    assert (rc["source"], rc["kind"]) == (line(script, "loader = DataLoader("), "loader-varies")
+    assert rc["varied"] == "sequence length (dim 1)" and rc["library"] is None
+    pad = line(script, "tokens = pad_sequence(")
+    assert rc["set_by"] == f"pad_sequence at {pad} (in the collate function collate() at {line(script, 'def collate(')})"
+    assert "pad_sequence result to N" in rc["suggestion"] and "drop_last" not in rc["suggestion"]

@@ -453,6 +453,7 @@ class CaptureSession:
                 self._closure_forwards += 1
                 if pause:
                     self._resume_closures()
+        return run
 
     def _resume_closures(self) -> None:
         if self._closure_paused:
