@@ -115,6 +115,9 @@ def test_ddp_bucket_rebuild_is_set_up_and_sampler_shares_are_per_rank(tmp_path):
     assert not any(d["op"] == "aten::as_strided" and d["source"] == backward_line for d in result["dynamic_shapes"])
     assert any("changed shape once after step 1" in n and f"aten::as_strided at {backward_line}" in n
                for n in result["notes"])
+    # the script's own GradScaler calls are update work
+    scaler_ops = [op for op in result["operators"] if op["name"].startswith("aten::_amp_")]
+    assert scaler_ops and {op["phase"] for op in scaler_ops} == {"optimizer"}
     # 90 samples over 2 ranks: 45 each, batches of 10, the 5th holds 5 (seen in step 3)
     assert {(rc["source"], rc["kind"]) for rc in result["root_causes"]} == {
         (line("ddp_accumulate.py", "loader = DataLoader("), "partial-batch")}
