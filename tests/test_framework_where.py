@@ -174,3 +174,14 @@ def test_pad_sequence_in_a_collate_function_is_named(tmp_path):
     pad = line(script, "tokens = pad_sequence(")
     assert rc["set_by"] == f"pad_sequence at {pad} (in the collate function collate() at {line(script, 'def collate(')})"
     assert "pad_sequence result to N" in rc["suggestion"] and "drop_last" not in rc["suggestion"]
+
+
+@pytest.mark.skipif(not _hf_trainer_usable(), reason="transformers (with accelerate) is not installed/importable")
+def test_hf_trainer_partial_last_batch_is_fixed_with_training_arguments(tmp_path):
+    # 100 samples in batches of 8: the 13th holds 4; 2 batches per step, so step 7 reaches it
+    result = scan(tmp_path, "hf_trainer_padding.py", 7, "--max-steps", "7", "--samples", "100",
+                  "--padding", "max_length")
+    (rc,) = result["root_causes"]
+    assert rc["kind"] == "partial-batch" and rc["varied"] == "batch size (dim 0)"
+    assert "TrainingArguments(dataloader_drop_last=True)" in rc["suggestion"]
+    assert "padding=" not in rc["suggestion"]

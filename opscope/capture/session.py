@@ -553,7 +553,9 @@ class CaptureSession:
                 # what the analysis needs to say whether an epoch end (a partial last batch) was seen,
                 # and which collate function / sampler / framework sets the batches' shapes
                 info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
-                        "batch_size": getattr(this, "batch_size", None), "length": None,
+                        # (a loader built from a batch sampler, as accelerate's are, has batch_size None)
+                        "batch_size": getattr(this, "batch_size", None)
+                        or getattr(getattr(this, "batch_sampler", None), "batch_size", None), "length": None,
                         "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
                         "iterators": 0, "where": where, "library": library, "built_in": stack,
                         "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
