@@ -323,16 +323,17 @@ def _root(roots: dict, oid: int, origins: dict, produced: dict, changed: dict, f
     if related:
         evidence += (f"; {', '.join(related)} pass(es) on the same varying size in the same steps (shape flow) "
                      "and are fixed with it")
-    set_by, varied = None, ""
+    set_by, varied, library = None, "", meta.get("library")
     if meta["kind"] == "loader":
         info = _loader_info(meta, dataloaders)
         named = _name_dims(dims, shape_sets, know)
         varied = _dims_text(named)
-        set_by, suggestion, extra = _loader_advice(kind, meta, info, named, suggestion, know)
+        set_by, suggestion, extra, built_at = _loader_advice(kind, meta, info, named, suggestion, know)
         evidence += extra
+        library = built_at or library
     rc = roots[oid] = RootCause(source=meta["where"], cause=CAUSE_OF_KIND.get(kind, "input-varies"), kind=kind,
                                 varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related,
-                                library=meta.get("library"), set_by=set_by, varied=varied)
+                                library=library, set_by=set_by, varied=varied)
     return rc
 
 
@@ -361,9 +362,10 @@ def _dims_text(dims: list) -> str:
 
 
 def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: str, know: dict):
-    """(set_by, suggestion, extra evidence) for a DataLoader root cause: the collate function or
-    collate call that sets the varying size, and the fix in the terms of the framework that built
-    the loader (``support_matrix/dynamic_shapes.yaml`` ``shape_setters`` / ``loader_builders``)."""
+    """(set_by, suggestion, extra evidence, builder line) for a DataLoader root cause: the collate
+    function or collate call that sets the varying size, the fix in the terms of the framework that
+    built the loader (``support_matrix/dynamic_shapes.yaml`` ``shape_setters`` / ``loader_builders``)
+    and that framework's line building it (the Trainer's, not accelerate's wrapper inside it)."""
     setters = know.get("shape_setters") or {}
     built_in = info.get("built_in") or ([meta["library"]] if meta.get("library") else [])
     builder = next((b for b in know.get("loader_builders") or []
@@ -393,10 +395,11 @@ def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: st
             suggestion = f"{suggestion} (the collate function is {set_by})"
     elif kind == "partial-batch" and builder:
         suggestion = _drop_last_fix(builder, know)
+    at = None
     if builder:
         at = next((line for line in built_in if str(line).startswith(builder["path"])), meta.get("library"))
         extra += f"; the DataLoader is built by {builder['framework']} at {at}"
-    return set_by, suggestion, extra
+    return set_by, suggestion, extra, at
 
 
 def _drop_last_fix(builder: dict | None, know: dict) -> str:
