@@ -60,22 +60,35 @@ def varying_dims(shape_sets: list) -> list[dict]:
     return out
 
 
-def _changed(per_step: dict) -> list[int]:
+def _changed(per_step: dict, counts: dict | None = None) -> list[int]:
     """Steps whose set of shapes *changed* from the first step that has any.
 
     A step changes when it shows a shape the first step did not and misses one the first
     step had: a later step that only adds or drops calls is a different code path.  A step
     that keeps the first step's shapes and adds a *resized* one (the same arguments and
-    ranks, other sizes) changed too: under gradient accumulation an optimizer step runs
-    several batches, and the one holding the epoch's partial last batch still has full ones.
+    ranks, other sizes) in place of some of them changed too: under gradient accumulation an
+    optimizer step runs several batches, and the one holding the epoch's partial last batch
+    still has full ones.  With ``counts`` (step -> shape -> calls) "in place of" means fewer
+    calls of a same-layout shape than the first step; a step that only *adds* calls (DDP
+    rebuilding its buckets once, in step 2's forward) is a new code path.
     """
     if not per_step:
         return []
     steps = sorted(per_step)
     ref = per_step[steps[0]]
-    ref_layouts = {_layout(r) for r in ref}
-    return [s for s in steps[1:] if not per_step[s] <= ref and (
-        not ref <= per_step[s] or any(_layout(new) in ref_layouts for new in per_step[s] - ref))]
+    out = []
+    for s in steps[1:]:
+        new = per_step[s] - ref
+        if not new:
+            continue
+        if not ref <= per_step[s]:
+            out.append(s)
+            continue
+        layouts = {_layout(n) for n in new}
+        replaced = [r for r in ref if _layout(r) in layouts]
+        if replaced and (counts is None or any(counts[s].get(r, 0) < counts[steps[0]].get(r, 0) for r in replaced)):
+            out.append(s)
+    return out
 
 
 def _set_up_once(per_step: dict, steps: list, site_origins: set, changed: dict) -> bool:
@@ -132,17 +145,20 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
 
     # -- dynamic operators: the same op at the same call site, a changed shape later ----
     per_site: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
+    site_counts: dict[tuple, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     site_calls: dict[tuple, list] = defaultdict(list)
     for c in calls:
         if c.step < baseline_step:
             continue
         site = (c.name, c.source, c.parent, c.phase)
-        per_site[site][c.step].add(_shape_key(c.input_shapes))
+        key = _shape_key(c.input_shapes)
+        per_site[site][c.step].add(key)
+        site_counts[site][c.step][key] += int(c.count or 1)
         site_calls[site].append(c)
     by_op: dict[tuple, dict] = {}
     setup_sites: list[tuple] = []
     for site, per_step in per_site.items():
-        steps = _changed(per_step)
+        steps = _changed(per_step, site_counts[site])
         if not steps:
             continue
         site_origins = {o for c in site_calls[site] for o in (c.origins or [])}
