@@ -187,3 +187,9 @@ def test_hf_trainer_partial_last_batch_is_fixed_with_training_arguments(tmp_path
     assert rc["kind"] == "partial-batch" and rc["varied"] == "batch size (dim 0)"
     assert "TrainingArguments(dataloader_drop_last=True)" in rc["suggestion"]
     assert "padding=" not in rc["suggestion"]
+
+
+def test_ddp_spawn_rebuild_in_step_2_is_no_dynamic_shape(tmp_path):
+    # drop_last=True and a fixed model: DDP's bucket rebuild in step 2's forward only adds calls
+    result = scan(tmp_path, "ddp_spawn_train.py", 4, options=("--launcher", "spawn", "--world-size", "2"))
+    assert result["complete"] and result["dynamic_shapes"] == [] and result["root_causes"] == []
