@@ -22,7 +22,7 @@ def _frame(rows: list[dict], columns: list[str]):
 
 OPERATOR_COLUMNS = ["name", "overload", "qualified_name", "verdict", "phase", "calls", "input_shapes", "dtypes",
                     "self_time_us", "total_time_us", "device_time_us", "steady_time_us", "time_us", "time_share",
-                    "source", "parent", "top_level", "on_device", "dynamic", "evidence", "evidence_detail",
+                    "source", "library", "parent", "top_level", "on_device", "dynamic", "evidence", "evidence_detail",
                     "substitute"]
 
 
@@ -69,7 +69,7 @@ class Run:
                 "device_time_us": float(op.device_time_us or 0.0),
                 "steady_time_us": float(op.steady_time_us) if op.steady_time_us is not None else float("nan"),
                 "time_us": t, "time_share": t / total if total else 0.0, "source": op.source,
-                "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
+                "library": op.library, "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
                 "dynamic": bool(op.dynamic), "evidence": view.fmt_evidence_short(op.evidence, op.verdict),
                 "evidence_detail": view.fmt_evidence(op.evidence), "substitute": view.fmt_substitute(op.substitute)})
         return _frame(rows, OPERATOR_COLUMNS)
@@ -77,7 +77,7 @@ class Run:
     @cached_property
     def findings(self):
         columns = ["severity", "file", "line", "column", "rule", "api", "replacement", "origin", "count",
-                   "remapped_to", "message", "snippet"]
+                   "remapped_to", "message", "snippet", "library"]
         return _frame([{k: f.to_dict().get(k) for k in columns} for f in self.result.findings], columns)
 
     @cached_property
@@ -92,8 +92,9 @@ class Run:
     @cached_property
     def root_causes(self):
         from opscope.report import view
-        columns = ["source", "kind", "cause", "varying_dims", "ops", "suggestion"]
-        rows = [{"source": rc.source, "kind": rc.kind, "cause": rc.cause, "varying_dims": view.fmt_dims(rc.varying_dims),
+        columns = ["source", "library", "kind", "cause", "varying_dims", "varied", "set_by", "ops", "suggestion"]
+        rows = [{"source": rc.source, "library": rc.library, "kind": rc.kind, "cause": rc.cause,
+                 "varying_dims": view.fmt_dims(rc.varying_dims), "varied": rc.varied, "set_by": rc.set_by,
                  "ops": len(rc.ops or []), "suggestion": rc.suggestion} for rc in self.result.root_causes]
         return _frame(rows, columns)
 

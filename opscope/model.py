@@ -64,7 +64,10 @@ class OpCall(_Record):
     """One operator invocation as recorded by a profiler (or parsed from a trace).
 
     ``parent`` is the name of the enclosing operator (None at top level, i.e. called
-    from Python); ``source`` is ``file:line`` of the first frame in the user's code.
+    from Python); ``source`` is ``file:line`` of the first frame in the user's code;
+    ``library`` is ``file:line`` (relative to site-packages) of the innermost frame in
+    model/library code below it that made the call (``transformers/models/.../modeling_x.py:NN``
+    under ``trainer.train()``), None when the user's own line made it.
     ``origin`` is ``file:line`` of the line that produced the tensor whose shape this
     call inherits (used to find dynamic-shape root causes).
     """
@@ -93,9 +96,29 @@ class OpCall(_Record):
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
     #                        "# of Calls", a scan operator's share of a step); times are summed
+    library: str | None = None
 
     def signature(self) -> tuple:
         return (self.name, self.overload or "", freeze(self.input_shapes), freeze(self.dtypes))
+
+
+def where_text(source: str | None, library: str | None, entry_lines=()) -> str:
+    """The "where" of an operator, finding or root cause as reports show it: the user's line
+    with the library line that made it (``train.py:40 (modeling_x.py:88)``), the library line
+    first when the user's line is a framework entry (``modeling_x.py:88 (under train.py:40)``)."""
+    if not library:
+        return source or ""
+    if not source:
+        return library
+    if source in entry_lines:
+        return f"{library} (under {source})"
+    return f"{source} (in {library})"
+
+
+def loader_key(where: str, library: str | None) -> str:
+    """The key of a DataLoader in a capture's ``dataloaders``: one user line may build several
+    loaders in library code (``trainer.train()`` builds the training and evaluation loaders)."""
+    return f"{where} @ {library}" if library else where
 
 
 def freeze(value):
@@ -139,6 +162,7 @@ class Operator(_Record):
     phases: list[str] = field(default_factory=list)
     source: str | None = None
     sources: list[str] = field(default_factory=list)
+    library: str | None = None   # most common model/library line under ``source`` (see OpCall)
     parent: str | None = None
     top_level: bool = True
     children: list[str] = field(default_factory=list)
@@ -166,6 +190,7 @@ class DynamicShape(_Record):
     shapes_per_step: dict = field(default_factory=dict)
     root_cause: str | None = None
     suggestion: str = ""
+    library: str | None = None   # the model/library line under ``source`` (see OpCall)
 
 
 @dataclass
@@ -173,7 +198,10 @@ class RootCause(_Record):
     """A user source line that makes downstream operators dynamic: what to fix.
 
     ``kind`` says how the varying size enters there (``ROOT_KINDS``); ``related`` lists
-    lines that only pass the same varying size on (folded into this cause).
+    lines that only pass the same varying size on (folded into this cause).  ``library``
+    is the model/library line under ``source`` that made the data; ``set_by`` names the
+    call that sets the shape (a DataLoader's collate function / sampler) with its settings;
+    ``varied`` names the dimensions that varied.
     """
     source: str | None
     cause: str
@@ -183,6 +211,9 @@ class RootCause(_Record):
     evidence: str = ""
     kind: str = ""
     related: list = field(default_factory=list)
+    library: str | None = None
+    set_by: str | None = None
+    varied: str = ""   # the varying dimensions by name: "sequence length (dim 1), batch size (dim 0)"
 
 
 @dataclass
@@ -200,6 +231,7 @@ class Finding(_Record):
     origin: str = "static"  # "static" | "runtime"
     count: int = 1
     remapped_to: str | None = None  # run-time only: what the call did during a CPU scan
+    library: str | None = None  # run-time only: the library line under file:line that made the call
 
 
 @dataclass
@@ -252,6 +284,9 @@ class ScanResult(_Record):
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
     fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
     memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
+    # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):
+    # the user cannot act on them, so reports lead with the library line
+    entry_lines: list[str] = field(default_factory=list)
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}

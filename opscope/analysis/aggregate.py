@@ -26,7 +26,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
         g = groups.get(key)
         if g is None:
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
-                               "phases": Counter(), "sources": Counter(), "parents": Counter(),
+                               "phases": Counter(), "sources": Counter(), "parents": Counter(), "libraries": Counter(),
                                "children": {}, "steps": set(), "on_device": False, "import": True,
                                "per_step": defaultdict(float)}
         n = int(getattr(call, "count", 1) or 1)
@@ -37,6 +37,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
         g["phases"][call.phase] += n
         if call.source:
             g["sources"][call.source] += n
+            g["libraries"][(call.source, getattr(call, "library", None))] += n
         g["parents"][call.parent] += n
         for child in call.children:
             g["children"].setdefault(child, None)
@@ -48,14 +49,16 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
     for g in groups.values():
         first: OpCall = g["first"]
         parent = g["parents"].most_common(1)[0][0]
+        source = g["sources"].most_common(1)[0][0] if g["sources"] else None
+        library = max(((n, lib) for (src, lib), n in g["libraries"].items() if src == source and lib),
+                      default=(0, None))[1]
         operators.append(Operator(
             name=first.name, overload=first.overload, input_shapes=first.input_shapes, dtypes=first.dtypes,
             scalars=first.scalars, output_shapes=first.output_shapes, calls=g["calls"],
             self_time_us=round(g["self"], 3), total_time_us=round(g["total"], 3),
             device_time_us=round(g["device"], 3),
             phase=g["phases"].most_common(1)[0][0], phases=sorted(g["phases"]),
-            source=g["sources"].most_common(1)[0][0] if g["sources"] else None,
-            sources=[s for s, _ in g["sources"].most_common()],
+            source=source, sources=[s for s, _ in g["sources"].most_common()], library=library,
             parent=parent, top_level=parent is None, children=list(g["children"]),
             steps=sorted(g["steps"]), on_device=g["on_device"], import_time=g["import"],
             steady_time_us=round(median(g["per_step"].get(s, 0.0) for s in steady_steps), 3)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from opscope.model import DynamicShape, OpCall, RootCause
+from opscope.model import DynamicShape, OpCall, RootCause, loader_key
 
 # origin kinds -> the cause class of scan.json (input-varies, data-dependent-output, host-sync)
 CAUSE_OF_KIND = {"data-dependent-output": "data-dependent-output", "host-sync": "host-sync"}
@@ -60,17 +60,51 @@ def varying_dims(shape_sets: list) -> list[dict]:
     return out
 
 
-def _changed(per_step: dict) -> list[int]:
+def _changed(per_step: dict, counts: dict | None = None) -> list[int]:
     """Steps whose set of shapes *changed* from the first step that has any.
 
     A step changes when it shows a shape the first step did not and misses one the first
-    step had: a later step that only adds or drops calls is a different code path.
+    step had: a later step that only adds or drops calls is a different code path.  A step
+    that keeps the first step's shapes and adds a *resized* one (the same arguments and
+    ranks, other sizes) in place of some of them changed too: under gradient accumulation an
+    optimizer step runs several batches, and the one holding the epoch's partial last batch
+    still has full ones.  With ``counts`` (step -> shape -> calls) "in place of" means fewer
+    calls of a same-layout shape than the first step; a step that only *adds* calls (DDP
+    rebuilding its buckets once, in step 2's forward) is a new code path.
     """
     if not per_step:
         return []
     steps = sorted(per_step)
     ref = per_step[steps[0]]
-    return [s for s in steps[1:] if not per_step[s] <= ref and not ref <= per_step[s]]
+    out = []
+    for s in steps[1:]:
+        new = per_step[s] - ref
+        if not new:
+            continue
+        if not ref <= per_step[s]:
+            out.append(s)
+            continue
+        layouts = {_layout(n) for n in new}
+        replaced = [r for r in ref if _layout(r) in layouts]
+        if replaced and (counts is None or any(counts[s].get(r, 0) < counts[steps[0]].get(r, 0) for r in replaced)):
+            out.append(s)
+    return out
+
+
+def _set_up_once(per_step: dict, steps: list, site_origins: set, changed: dict) -> bool:
+    """A call site whose shapes changed once, right after the first step, and then stayed the same
+    in at least two later steps, when none of the data it depends on changed in that step: one-time
+    set-up (DDP rebuilds its gradient buckets after the first iteration: the backward's bucket views
+    change once), not a dynamic shape."""
+    later = sorted(per_step)[1:]
+    if len(later) < 2 or steps != later or any(per_step[s] != per_step[later[0]] for s in later):
+        return False
+    return not any(later[0] in changed.get(o, ()) for o in site_origins)
+
+
+def _layout(shape) -> tuple:
+    """A shape key without its sizes: the number of arguments and each one's rank."""
+    return tuple(len(a) if isinstance(a, tuple) else -1 for a in shape) if isinstance(shape, tuple) else ()
 
 
 def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]:
@@ -80,8 +114,10 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
     side = side or {}
     for step in sorted((side or {}), key=int):
         data = side[step] or {}
-        for oid, (where, kind, parents, calls) in (data.get("origins") or {}).items():
-            table[int(oid)] = {"where": where, "kind": kind, "parents": set(parents), "calls": list(calls)}
+        for oid, meta in (data.get("origins") or {}).items():
+            where, kind, parents, calls = meta[:4]
+            table[int(oid)] = {"where": where, "kind": kind, "parents": set(parents), "calls": list(calls),
+                               "library": meta[4] if len(meta) > 4 else None}
         if int(step) < baseline_step:
             continue
         for oid, produced in (data.get("origin_shapes") or {}).items():
@@ -90,8 +126,10 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
 
 
 def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,
-                        dataloaders: dict | None = None):
+                        dataloaders: dict | None = None, notes: list | None = None):
     """Return (dynamic_shapes, root_causes, dynamic_keys).
+
+    ``notes`` (optional) receives a sentence about call sites judged one-time set-up.
 
     ``side`` maps step -> the capture's side data (``origins``, ``origin_shapes``);
     ``dataloaders`` maps a DataLoader's "file:line" -> {"drop_last", "batch_size", ...}.
@@ -107,23 +145,34 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
 
     # -- dynamic operators: the same op at the same call site, a changed shape later ----
     per_site: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
+    site_counts: dict[tuple, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     site_calls: dict[tuple, list] = defaultdict(list)
     for c in calls:
         if c.step < baseline_step:
             continue
         site = (c.name, c.source, c.parent, c.phase)
-        per_site[site][c.step].add(_shape_key(c.input_shapes))
+        key = _shape_key(c.input_shapes)
+        per_site[site][c.step].add(key)
+        site_counts[site][c.step][key] += int(c.count or 1)
         site_calls[site].append(c)
     by_op: dict[tuple, dict] = {}
+    setup_sites: list[tuple] = []
     for site, per_step in per_site.items():
-        steps = _changed(per_step)
+        steps = _changed(per_step, site_counts[site])
         if not steps:
             continue
-        entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set()})
+        site_origins = {o for c in site_calls[site] for o in (c.origins or [])}
+        if _set_up_once(per_step, steps, site_origins, changed):
+            setup_sites.append(site)
+            continue
+        entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set(),
+                                                      "libraries": defaultdict(int)})
         entry["steps"].update(steps)
         for step, shapes in per_step.items():
             entry["shapes"][step] |= shapes
         for c in site_calls[site]:
+            if c.library:
+                entry["libraries"][c.library] += c.count or 1
             entry["roots"].update(folded.get(o, o) for o in (c.origins or []) if o in folded or o in entries)
     dynamic: list[DynamicShape] = []
     roots: dict = {}
@@ -131,6 +180,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         shape_sets = [list(s) for shapes in entry["shapes"].values() for s in shapes]
         dims = varying_dims(shape_sets)
         shapes_per_step = {str(k): sorted([_listify(s) for s in v]) for k, v in sorted(entry["shapes"].items())}
+        library = max(entry["libraries"].items(), key=lambda kv: kv[1], default=(None, 0))[0]
         if entry["roots"]:
             primary = max(entry["roots"])  # the closest (latest created) entry point
             for oid in sorted(entry["roots"]):
@@ -143,7 +193,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             if rc is None:
                 rc = roots[("data-dependent-output", source)] = RootCause(
                     source=source, cause=kind, kind=kind, suggestion=know["suggestions"][kind],
-                    varying_dims=list(dims),
+                    varying_dims=list(dims), library=library,
                     evidence=f"{name} (output size depends on tensor values) runs on this line with changing shapes")
             rc.ops.append(name)
         else:
@@ -152,14 +202,15 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             if rc is None:
                 rc = roots[("untraced", source)] = RootCause(
                     source=source, cause="input-varies", kind="untraced", suggestion=know["suggestions"]["untraced"],
-                    varying_dims=list(dims),
+                    varying_dims=list(dims), library=library,
                     evidence="the input shapes of operators on this line changed between steps, but none of their "
                              "inputs carries a traced origin whose shape changed (opscope cannot say where the "
                              "size comes from)")
             rc.ops.append(name)
         dynamic.append(DynamicShape(op=name, source=source, cause=CAUSE_OF_KIND.get(kind, "input-varies"),
                                     varying_dims=dims, shapes_per_step=shapes_per_step, root_cause=where,
-                                    suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"])))
+                                    suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"]),
+                                    library=library))
     # data-dependent operators are dynamic by their outputs, whatever their inputs did
     known = {(d.op, d.source) for d in dynamic}
     for oid in entries:
@@ -178,6 +229,12 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
                 shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(_shape_key, outputs)))},
                 root_cause=meta["where"], suggestion=know["suggestions"]["data-dependent-output"]))
             known.add((op, meta["where"]))
+    if setup_sites and notes is not None:
+        shown = ", ".join(sorted({f"{name} at {source or 'an unattributed line'}" for name, source, _, _ in setup_sites}))
+        notes.append(f"{len(setup_sites)} operator call site(s) changed shape once after step {baseline_step} and then "
+                     f"kept the new shapes in every later step while the data they depend on did not change then "
+                     f"({shown}): one-time set-up such as DistributedDataParallel rebuilding its gradient buckets "
+                     "after the first iteration or ZeRO partitioning optimizer state, not a dynamic shape")
     dynamic_keys = {(d.op, d.source) for d in dynamic}
     out = []
     for rc in roots.values():
@@ -224,10 +281,19 @@ def _fold_by_shape_flow(entries: list, origins: dict, produced: dict) -> dict:
             if b >= a or b in folded:
                 continue
             theirs = _values_by_step(produced[b], None)
-            if all(step in theirs and values <= theirs[step] for step, values in mine.items()):
+            # a loader that prefetches (accelerate's DataLoaderShard, a pin-memory thread) made the
+            # batch a step uses in that step or the one before
+            ahead = 1 if origins[b]["kind"] == "loader" else 0
+            if all(any(values <= theirs.get(step - k, set()) | (theirs.get(step, set()) if k else set())
+                       for k in range(ahead + 1)) for step, values in mine.items()):
                 folded[a] = b
                 break
     return folded
+
+
+def _loader_info(meta: dict, dataloaders: dict) -> dict:
+    return (dataloaders.get(loader_key(meta["where"], meta.get("library")))
+            or dataloaders.get(meta["where"]) or {})
 
 
 def _kind(oid: int, origins: dict, produced: dict, dataloaders: dict) -> str:
@@ -235,7 +301,7 @@ def _kind(oid: int, origins: dict, produced: dict, dataloaders: dict) -> str:
     kind = meta["kind"]
     if kind != "loader":
         return kind
-    info = dataloaders.get(meta["where"]) or {}
+    info = _loader_info(meta, dataloaders)
     batch = info.get("batch_size")
     shape_sets = [list(s) for shapes in produced.get(oid, {}).values() for s in shapes]
     dim0 = [d for d in varying_dims(shape_sets) if d.get("dim") == 0]
@@ -273,9 +339,90 @@ def _root(roots: dict, oid: int, origins: dict, produced: dict, changed: dict, f
     if related:
         evidence += (f"; {', '.join(related)} pass(es) on the same varying size in the same steps (shape flow) "
                      "and are fixed with it")
+    set_by, varied, library = None, "", meta.get("library")
+    if meta["kind"] == "loader":
+        info = _loader_info(meta, dataloaders)
+        named = _name_dims(dims, shape_sets, know)
+        varied = _dims_text(named)
+        set_by, suggestion, extra, built_at = _loader_advice(kind, meta, info, named, suggestion, know)
+        evidence += extra
+        library = built_at or library
     rc = roots[oid] = RootCause(source=meta["where"], cause=CAUSE_OF_KIND.get(kind, "input-varies"), kind=kind,
-                                varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related)
+                                varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related,
+                                library=library, set_by=set_by, varied=varied)
     return rc
+
+
+def _name_dims(dims: list, shape_sets: list, know: dict) -> list[dict]:
+    """``dims`` with each batch dimension named by its tensor's rank (batch-first data):
+    ``sequence length`` for dim 1 of a rank-2 batch tensor."""
+    names = know.get("dimension_names") or {}
+    out = []
+    for d in dims:
+        d = dict(d)
+        if d.get("dim") is not None:
+            ranks = {len(s[d["arg"]]) for s in shape_sets
+                     if d["arg"] < len(s) and isinstance(s[d["arg"]], (list, tuple))}
+            per_rank = (names.get(ranks.pop()) or []) if len(ranks) == 1 else []
+            if d["dim"] < len(per_rank):
+                d["name"] = per_rank[d["dim"]]
+        out.append(d)
+    return out
+
+
+def _dims_text(dims: list) -> str:
+    """``sequence length (dim 1), batch size (dim 0)``: the varying dimensions, each once."""
+    return ", ".join(dict.fromkeys(f"{d['name']} (dim {d['dim']})" if d.get("name") else f"dim {d['dim']}"
+                                   for d in sorted(dims, key=lambda d: -(d.get("dim") or 0))
+                                   if d.get("dim") is not None))
+
+
+def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: str, know: dict):
+    """(set_by, suggestion, extra evidence, builder line) for a DataLoader root cause: the collate
+    function or collate call that sets the varying size, the fix in the terms of the framework that
+    built the loader (``support_matrix/dynamic_shapes.yaml`` ``shape_setters`` / ``loader_builders``)
+    and that framework's line building it (the Trainer's, not accelerate's wrapper inside it)."""
+    setters = know.get("shape_setters") or {}
+    built_in = info.get("built_in") or ([meta["library"]] if meta.get("library") else [])
+    builder = next((b for b in know.get("loader_builders") or []
+                    if any(str(line).startswith(b["path"]) for line in built_in)), None)
+    collate = info.get("collate") or {}
+    called = [c.split(" at ", 1) for c in meta.get("calls") or [] if " at " in c]
+    spec, set_by = None, None
+    if collate.get("name"):
+        spec = setters.get(str(collate["name"]).rsplit(".", 1)[-1])
+        settings = ", ".join(f"{k}={v!r}" for k, v in (collate.get("settings") or {}).items())
+        set_by = f"{collate['name']}({settings})" + (f" at {collate['where']}" if collate.get("where") else "")
+    for name, at in called:
+        if spec is None and name in setters:
+            spec = setters[name]
+            set_by = f"{name} at {at}" + (f" (in the collate function {set_by})" if set_by else "")
+    varies = [d for d in dims if d.get("dim") not in (0, None)]
+    extra = ""
+    if varies:
+        extra = f"; the {_dims_text(varies)} varied"
+        if set_by:
+            extra += f", set by {set_by}" + (f", which {spec['sets']}" if spec else "")
+        if spec:
+            suggestion = f"{spec['fix'][:1].upper()}{spec['fix'][1:]}"
+            if kind == "partial-batch":
+                suggestion += " " + _drop_last_fix(builder, know)
+        elif set_by:
+            suggestion = f"{suggestion} (the collate function is {set_by})"
+    elif kind == "partial-batch" and builder:
+        suggestion = _drop_last_fix(builder, know)
+    at = None
+    if builder:
+        at = next((line for line in built_in if str(line).startswith(builder["path"])), meta.get("library"))
+        extra += f"; the DataLoader is built by {builder['framework']} at {at}"
+    return set_by, suggestion, extra, at
+
+
+def _drop_last_fix(builder: dict | None, know: dict) -> str:
+    if builder is None:
+        return know["suggestions"]["partial-batch"]
+    return (f"The last batch of an epoch was smaller than the others (seen in this run): use {builder['drop_last']} "
+            "so every step has the same shapes.")
 
 
 def _ranges(steps: list) -> str:
@@ -286,7 +433,13 @@ def _ranges(steps: list) -> str:
 
 
 def epoch_notes(dataloaders: dict | None, steps_done: int) -> list[str]:
-    """Say when the run stopped before a DataLoader's first epoch ended (its last batch unseen)."""
+    """Say when the run stopped before a DataLoader's first epoch ended (its last batch unseen).
+
+    Steps are optimizer steps: under gradient accumulation each takes several batches, so the
+    steps still needed are the unseen batches divided by the batches per step.  Sizes are this
+    process's share: a DistributedSampler gives each rank ``len(sampler)`` samples (padded to
+    equal shares), so each rank's last batch is full when that share divides by the batch size.
+    """
     notes = []
     for site, info in sorted((dataloaders or {}).items()):
         batches, length = int(info.get("batches") or 0), info.get("length")
@@ -296,11 +449,22 @@ def epoch_notes(dataloaders: dict | None, steps_done: int) -> list[str]:
         known = isinstance(size, int) and isinstance(batch, int) and batch > 0
         if known and (info.get("drop_last") or size % batch == 0):
             continue  # its last batch is a full one: nothing unseen at the epoch's end
-        need = steps_done + (length - batches)
-        note = (f"the run stopped before the end of the first epoch of the DataLoader at {site}: {batches} of its "
-                f"{length} batches were seen, so its last batch and any shape change it brings were not "
-                f"observed; --steps {need} reaches the end of the epoch")
+        per_step = max(1, batches // steps_done) if steps_done else 1
+        need = steps_done + -(-(length - batches) // per_step)
+        shown = site
+        if info.get("where"):
+            shown = f"{info.get('library')} (under {info['where']})" if info.get("library") else info["where"]
+        accumulation = f", {per_step} batches per optimizer step" if per_step > 1 else ""
+        note = (f"the run stopped before the end of the first epoch of the DataLoader at {shown}: {batches} of its "
+                f"{length} batches were seen{accumulation}, so its last batch and any shape change it brings were "
+                f"not observed; --steps {need} reaches the end of the epoch")
         if known:
-            note += f" (with {size} samples in batches of {batch}, the last batch will hold {size % batch})"
+            sampler = info.get("sampler") or {}
+            if isinstance(sampler.get("num_replicas"), int) and sampler["num_replicas"] > 1:
+                note += (f" (this rank's {sampler.get('name', 'sampler')} share is {size} samples of "
+                         f"{sampler['num_replicas']} ranks' in batches of {batch}: each rank's last batch will hold "
+                         f"{size % batch})")
+            else:
+                note += f" (with {size} samples in batches of {batch}, the last batch will hold {size % batch})"
         notes.append(note)
     return notes

@@ -47,7 +47,8 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
     # steady state: complete steps after the baseline step (set-up and step 1 excluded)
     steady = [s.index for s in steps if s.complete and s.index > baseline]
     operators = aggregate(calls, steady_steps=steady)
-    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"))
+    setup_notes: list[str] = []
+    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"), setup_notes)
     eval_only_partial_batches(roots, dynamic, calls)   # a validation loader is not told drop_last
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
@@ -68,6 +69,8 @@ def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, se
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.get('steps')}")
     result.notes.extend(meta.get("notes") or [])   # what reading the capture back had to drop
+    result.entry_lines = framework_entry_lines(calls)
+    result.notes.extend(setup_notes)
     result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
     if host_note:
         result.notes.append(host_note)
@@ -114,6 +117,17 @@ def _add_precision(result: ScanResult, requested: dict | None, device: str, laun
     result.summary["precision"] = precision
     if precision["note"]:
         result.notes.insert(0, f"precision: {precision['note']}")
+
+
+def framework_entry_lines(calls) -> list[str]:
+    """User lines that run a whole training iteration in library code (``trainer.train()``,
+    ``trainer.fit()``): model/library code below them made both forward or backward work and
+    the optimizer's.  The user cannot act on such a line; reports lead with the library line."""
+    phases: dict[str, set] = {}
+    for c in calls:
+        if c.source and c.library:
+            phases.setdefault(c.source, set()).add(c.phase)
+    return sorted(line for line, seen in phases.items() if "optimizer" in seen and seen & {"forward", "backward"})
 
 
 def unrecorded_notes(steps) -> list[str]:

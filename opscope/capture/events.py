@@ -29,8 +29,10 @@ def _jsonable(value):
 
 
 def _phase_from(name: str) -> str | None:
-    if name.startswith("autograd::engine::evaluate_function"):
+    if name.startswith(("autograd::engine::evaluate_function", "opscope.backward")):
         return "backward"
+    if name.startswith("opscope.forward"):
+        return "forward"
     if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#", "opscope.optimizer")):
         return "optimizer"
     if name.startswith(("opscope.dataloader", "opscope.setup")):
@@ -43,7 +45,8 @@ def _phase_from(name: str) -> str | None:
 def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
     """Build OpCalls for one step.
 
-    ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids).
+    ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids,
+    library line).
     Backward ops get the source of the forward op with the same sequence number.
     """
     cpu, device = [], []
@@ -128,6 +131,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             origin_cause=ann[2] if ann else None,
             device=ann[3] if ann else "host",
             origins=list(ann[4]) if ann and len(ann) > 4 else [],
+            library=ann[5] if ann and len(ann) > 5 else None,
             step=step,
             thread=tid,
             seq_nr=seq_nr,
@@ -140,7 +144,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
         if phase == "forward" and seq_nr >= 0 and op.source:
             # ops that create no autograd node also record the *current* sequence number;
             # the node's creator is the last op recorded with it, so later ones win
-            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device, op.origins)
+            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device, op.origins, op.library)
         if phase == "backward" and bw_seq is not None:
             pending_backward.append((op, bw_seq))
         calls.append(op)
@@ -149,7 +153,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     for op, seq in pending_backward:
         src = seq_source.get(seq)
         if src:  # a backward op belongs to the line of the forward op that created its node
-            op.source, op.origin, op.origin_cause, op.device, op.origins = src
+            op.source, op.origin, op.origin_cause, op.device, op.origins, op.library = src
     _attach_device_time(device, by_corr, launch_owner)
     for op in calls:
         op.self_time_us = max(op.self_time_us, 0.0)
@@ -172,7 +176,7 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
         shapes, dtypes, scalars = freeze(c.input_shapes), freeze(c.dtypes), freeze(c.scalars)
         children, origins = tuple(c.children), tuple(sorted(c.origins or ()))
         key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
-               c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins)
+               c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins, c.library)
         kept = folded.get(key)
         if kept is not None:
             kept.count += c.count
@@ -186,7 +190,8 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
         c.scalars = shared.setdefault(("c", scalars), c.scalars)
         c.children = shared.setdefault(("k", children), c.children)
         c.origins = shared.setdefault(("o", origins), list(origins))
-        for name in ("name", "phase", "parent", "source", "origin", "origin_cause", "device", "thread", "step"):
+        for name in ("name", "phase", "parent", "source", "origin", "origin_cause", "device", "thread", "step",
+                     "library"):
             value = getattr(c, name)
             if value is not None:
                 setattr(c, name, shared.setdefault(value, value))

@@ -112,7 +112,8 @@ class RuntimeFindings:
         spec = _rules()[rule]
         self.items[key] = Finding(rule=rule, file=file, line=line, api=api, message=spec["message"],
                                   replacement=spec.get("replacement"), severity=spec.get("severity", "warning"),
-                                  origin="runtime", remapped_to=spec.get("became") if remapped else None)
+                                  origin="runtime", remapped_to=spec.get("became") if remapped else None,
+                                  library=self.user_code.library_of(sys._getframe(depth)))
 
     def _record_library(self, rule: str, api: str, where, library: str) -> None:
         file, line = where if where else (None, None)

@@ -7,7 +7,9 @@ or is killed loses nothing that was already captured.  Used by the child process
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import threading
@@ -20,8 +22,9 @@ import torch
 from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
+from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.model import OpCall
+from opscope.model import OpCall, loader_key
 
 _CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
@@ -97,6 +100,7 @@ class CaptureSession:
         self._anchor_done = False
         self._eval_rf: Any = None            # annotation "opscope.eval" around no-grad/eval forwards
         self._update_rf: Any = None          # "opscope.optimizer" from a backward to the step's end (manual updates)
+        self._phase_rfs: list = []           # open phase ranges around a closure, a backward, GradScaler calls
         self.module_depth = 0
         self._hooks: list = []
         self._opt_rf: Any = None
@@ -139,6 +143,8 @@ class CaptureSession:
         self.step_started = time.perf_counter()
 
     def _stop_profiler(self):
+        while self._phase_rfs:   # innermost first
+            self._phase_rfs.pop().__exit__(None, None, None)
         self._end_setup()
         self._end_eval()
         self._end_update()
@@ -157,6 +163,10 @@ class CaptureSession:
             self.tracker.boundary_pending = True
 
     def safe_point(self) -> None:
+        if self._phase_rfs:
+            # inside a phase range (GradScaler.update after the optimizer's step): the step ends
+            # at the first torch call after it, so the range is never cut by a step boundary
+            return
         if self.tracker.boundary_pending:
             self.tracker.boundary_pending = False
             self.step()
@@ -307,6 +317,14 @@ class CaptureSession:
             session._in_optimizer = True
             if session.prof is not None:
                 session._open_range("_opt_rf", "opscope.optimizer")
+            # optimizer.step(closure) (Lightning's automatic optimisation, LBFGS): the closure's
+            # forward and backward are forward and backward work, not the optimizer's
+            # (args[0] is the optimizer itself: the hook sees step's full argument list)
+            if len(args) > 1 and callable(args[1]):
+                return (args[0], session._closure(args[1]), *args[2:]), kwargs
+            if callable(kwargs.get("closure")):
+                return args, {**kwargs, "closure": session._closure(kwargs["closure"])}
+            return None
 
         def post(opt, args, kwargs):
             session._in_optimizer = False
@@ -320,6 +338,8 @@ class CaptureSession:
 
         def fwd_pre(module, args):
             if session.module_depth == 0:
+                if session.optimizer_seen and session._is_training_forward(module):
+                    session._end_update()   # the next micro-batch's forward: the update work is over
                 if session._iteration_boundary(module):
                     session.tracker.boundary_pending = True
                 session.safe_point()
@@ -339,20 +359,60 @@ class CaptureSession:
         orig_autograd_backward = torch.autograd.backward
 
         def autograd_backward(*args, **kwargs):
-            out = orig_autograd_backward(*args, **kwargs)
+            with session.phase("backward"):
+                out = orig_autograd_backward(*args, **kwargs)
             if threading.get_native_id() == session.main_thread:
                 session.backward_seen = True
                 session.backward_in_step = True
                 if session.step_marker == "backward":
                     session.request_step()
-                elif session._marker() == "iteration":
+                elif session._marker() in ("iteration", "optimizer") and not session._in_optimizer:
+                    # what follows a backward up to the next forward is update work: gradient
+                    # clipping, GradScaler.unscale_, a hand-written SGD update
                     session._begin_manual_update()
-                if session._in_optimizer:
-                    session._closure_evaluated()
             return out
 
         torch.autograd.backward = autograd_backward
         self._hooks.append(_Restore(torch.autograd, "backward", orig_autograd_backward))
+        self._install_scaler_phases()
+
+    # -- phases by what runs -------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Label the operators run inside as phase ``name`` (innermost range wins)."""
+        rf = None
+        if _RecordFunction is not None and self.prof is not None \
+                and threading.get_native_id() == self.main_thread:
+            rf = _RecordFunction(f"opscope.{name}")
+            rf.__enter__()
+            self._phase_rfs.append(rf)
+        try:
+            yield
+        finally:
+            if rf is not None and self._phase_rfs and self._phase_rfs[-1] is rf:
+                self._phase_rfs.pop()
+                rf.__exit__(None, None, None)
+
+    def _in_phase(self, fn, name: str):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with self.phase(name):
+                return fn(*args, **kwargs)
+        return run
+
+    def _install_scaler_phases(self) -> None:
+        """GradScaler's unscale_/step/update prepare and apply the parameter update: optimizer work."""
+        try:
+            from torch.amp import grad_scaler
+        except ImportError:  # pragma: no cover - torch < 2.3
+            from torch.cuda.amp import grad_scaler   # type: ignore[no-redef]
+        GradScaler = grad_scaler.GradScaler
+        for name in ("unscale_", "step", "update"):
+            original = GradScaler.__dict__.get(name)
+            if original is None:
+                continue
+            setattr(GradScaler, name, self._in_phase(original, "optimizer"))
+            self._hooks.append(_Restore(GradScaler, name, original))
 
     # -- iterations without optimizer.step() ---------------------------------------------
     # A training iteration is forward + backward + parameter update.  Scripts that update
@@ -396,18 +456,28 @@ class CaptureSession:
             if self.prof is not None and "after_calls" not in self._unrecorded:
                 _collect_cpu(True)
 
-    def _closure_evaluated(self) -> None:
-        """optimizer.step(closure) (LBFGS) evaluates the closure many times: each repeats the same
-        operators, so after the first whole evaluation (forward + backward) the rest of the
-        optimizer step runs unprofiled."""
-        if self.prof is None:
-            return
-        self._closure_forwards += 1
-        if self._closure_paused:
-            self._unrecorded["closure_forwards"] = self._unrecorded.get("closure_forwards", 0) + 1
-        elif self._closure_forwards >= CLOSURE_FORWARDS_RECORDED and "after_calls" not in self._unrecorded:
-            self._closure_paused = True
-            _collect_cpu(False)
+    def _closure(self, closure):
+        """optimizer.step(closure): the closure's forward and backward are forward and backward
+        work, not the optimizer's.  LBFGS evaluates it many times per step, each repeating the
+        same operators: after the first whole evaluation, further evaluations run unprofiled
+        (the optimizer's own work between them is still recorded)."""
+        @functools.wraps(closure)
+        def run(*args, **kwargs):
+            pause = (self.prof is not None and self._closure_forwards >= CLOSURE_FORWARDS_RECORDED
+                     and not self._closure_paused and "after_calls" not in self._unrecorded)
+            if self._closure_forwards >= CLOSURE_FORWARDS_RECORDED and self.prof is not None:
+                self._unrecorded["closure_forwards"] = self._unrecorded.get("closure_forwards", 0) + 1
+            if pause:
+                self._closure_paused = True
+                _collect_cpu(False)
+            try:
+                with self.phase("forward"):
+                    return closure(*args, **kwargs)
+            finally:
+                self._closure_forwards += 1
+                if pause:
+                    self._resume_closures()
+        return run
 
     def _resume_closures(self) -> None:
         if self._closure_paused:
@@ -457,7 +527,8 @@ class CaptureSession:
             self._watcher.start()
 
     def _begin_manual_update(self) -> None:
-        """After a backward with no optimizer: what follows in the step is the parameter update."""
+        """After a backward: what follows in the step (up to the next training forward or batch)
+        is the parameter update."""
         if self.prof is not None and self.module_depth == 0:
             self._open_range("_update_rf", "opscope.optimizer")
 
@@ -497,27 +568,38 @@ class CaptureSession:
         orig_next = _BaseDataLoaderIter.__next__
 
         def init(this, *args, **kwargs):
-            found = session.user_code.frame_of(_caller())
-            this._opscope_site = f"{found[0]}:{found[1]}" if found else None
+            where, stack = construction_site(session.user_code, _caller())
+            library = stack[0] if stack else None
+            this._opscope_site = loader_key(where, library) if where else None
+            this._opscope_where = (where, library)
             out = orig_init(this, *args, **kwargs)
             if this._opscope_site:
-                # what the analysis needs to say whether an epoch end (a partial last batch) was seen
+                # what the analysis needs to say whether an epoch end (a partial last batch) was seen,
+                # and which collate function / sampler / framework sets the batches' shapes
                 info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
-                        "batch_size": getattr(this, "batch_size", None), "length": None,
-                        "dataset_size": None, "batches": 0, "epochs_finished": 0, "iterators": 0}
-                for key, get in (("length", lambda: len(this)), ("dataset_size", lambda: len(this.dataset))):
-                    try:
-                        info[key] = int(get())
-                    except Exception:  # an IterableDataset without __len__
-                        pass
+                        # (a loader built from a batch sampler, as accelerate's are, has batch_size None)
+                        "batch_size": getattr(this, "batch_size", None)
+                        or getattr(getattr(this, "batch_sampler", None), "batch_size", None), "length": None,
+                        "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
+                        "iterators": 0, "where": where, "library": library, "built_in": stack,
+                        "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
+                        "sampler": describe_sampler(this)}
+                try:
+                    info["length"] = int(len(this))
+                except Exception:  # an IterableDataset without __len__
+                    pass
                 session.dataloaders[this._opscope_site] = info
             return out
 
         def next_(this):
             session.safe_point()
-            site = getattr(this._opscope_loader_ref, "_opscope_site", None) if hasattr(this, "_opscope_loader_ref") else None
+            if session.optimizer_seen:
+                session._end_update()
+            loader = getattr(this, "_opscope_loader_ref", None)
+            site = getattr(loader, "_opscope_site", None)
+            where, library = getattr(loader, "_opscope_where", (None, None))
             info = session.dataloaders.get(site) if site else None
-            loading = session.tracker.begin_loading(site)
+            loading = session.tracker.begin_loading(where, library)
             try:
                 if _RecordFunction is not None and session.prof is not None:
                     with _RecordFunction("opscope.dataloader"):
@@ -530,11 +612,11 @@ class CaptureSession:
                 raise
             finally:
                 session.tracker.end_loading(loading)
-            if site:
+            if site and where:
                 if info is not None:
                     this._opscope_batches = getattr(this, "_opscope_batches", 0) + 1
                     info["batches"] = max(info["batches"], this._opscope_batches)
-                session.tracker.tag(batch, site, "loader")
+                session.tracker.tag(batch, where, "loader", library)
             return batch
 
         orig_iter_init = _BaseDataLoaderIter.__init__

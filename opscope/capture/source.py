@@ -21,7 +21,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Literal
@@ -49,6 +49,8 @@ PYTHON_TO_ATEN: dict = KNOWLEDGE["python_to_aten"]
 _DATA_DEPENDENT = frozenset(k for k in PYTHON_TO_ATEN if k != "__getitem__")
 # Calls whose output sizes come from their (non-tensor) arguments -> origin kind.
 _SIZED: dict = KNOWLEDGE["size_from_arguments"]
+# Calls inside a collate function that set a batch's shape (pad_sequence): named by the root cause.
+_SHAPE_SETTERS = frozenset(k for k, v in (KNOWLEDGE.get("shape_setters") or {}).items() if v.get("call"))
 # Calls that copy a tensor value to the host as a Python number (sizes built from it vary).
 _HOST_SYNC = frozenset({"item", "tolist", "__int__", "__index__"})
 _MOVES_TO_DEVICE = frozenset({"to", "cuda", "npu"})
@@ -60,10 +62,15 @@ _LIB_DIRS = tuple({
     ) if p
 }) + (str(Path(torch.__file__).resolve().parent.parent),)
 _OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
+# torch itself (and its private helpers): never "the library code that made an operator"
+_TORCH_DIRS = (str(Path(torch.__file__ or "").resolve().parent),) + tuple(
+    str(Path(torch.__file__).resolve().parent.parent / name) for name in ("functorch", "torchgen", "triton"))
+_STDLIB_DIRS = tuple({str(Path(p).resolve()) for p in (
+    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"), os.path.dirname(os.__file__)) if p})
 
 
 class SourceTable:
-    """Interns (source, origin, kind, device|host|import, origin ids) tuples: annotations stay short (``opscope#17``)."""
+    """Interns (source, origin, kind, device|host|import, origin ids, library line) tuples: annotations stay short (``opscope#17``)."""
 
     def __init__(self):
         self.ids: dict[tuple, int] = {}
@@ -79,11 +86,34 @@ class SourceTable:
 
 
 class UserCode:
-    """Decides whether a file is the user's code (not stdlib, site-packages, torch, opscope)."""
+    """Decides whether a file is the user's code (not stdlib, site-packages, torch, opscope).
+
+    Library code that is neither torch nor the standard library (transformers, lightning,
+    timm, a model zoo) is "library": the innermost such frame under the user's line says
+    which model/library line made an operator when the user's line is ``trainer.train()``.
+    """
 
     def __init__(self, root: str | None = None):
         self.root = str(Path(root).resolve()) if root else None
         self._cache: dict[str, str | None] = {}
+        self._lib_cache: dict[str, str | None] = {}
+
+    def library(self, filename: str) -> str | None:
+        """The path to show for a library file (relative to its site-packages), or None for
+        user code, torch, the standard library, opscope and generated code."""
+        hit: str | None | Literal[False] = self._lib_cache.get(filename, False)
+        if hit is not False:
+            return hit
+        result = None
+        if filename and not filename.startswith("<") and self.display(filename) is None:
+            path = str(Path(filename).resolve())
+            installed = f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+            # (a virtual environment's "stdlib" path is the folder holding its site-packages)
+            if not (path.startswith(_TORCH_DIRS) or path.startswith(_OPSCOPE_DIR)
+                    or (not installed and path.startswith(_STDLIB_DIRS))):
+                result = _site_relative(path)
+        self._lib_cache[filename] = result
+        return result
 
     def display(self, filename: str) -> str | None:
         """Return the path to show for a user file, or None if it is library code."""
@@ -102,6 +132,17 @@ class UserCode:
         self._cache[filename] = result
         return result
 
+    def library_of(self, frame) -> str | None:
+        """Innermost library frame at or above ``frame``, below the first user frame, as "file:line"."""
+        while frame is not None:
+            if self.display(frame.f_code.co_filename) is not None:
+                return None
+            lib = self.library(frame.f_code.co_filename)
+            if lib is not None:
+                return f"{lib}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
     def frame_of(self, frame) -> tuple[str, int] | None:
         """First user frame at or above ``frame`` as (display path, line)."""
         while frame is not None:
@@ -110,6 +151,16 @@ class UserCode:
                 return shown, frame.f_lineno
             frame = frame.f_back
         return None
+
+
+def _site_relative(path: str) -> str:
+    """``.../site-packages/transformers/trainer.py`` -> ``transformers/trainer.py``."""
+    for marker in ("site-packages", "dist-packages"):
+        head, sep, tail = path.rpartition(os.sep + marker + os.sep)
+        if sep:
+            return tail
+    best = max((p for p in sys.path if p and path.startswith(p.rstrip(os.sep) + os.sep)), key=len, default="")
+    return os.path.relpath(path, best) if best else path
 
 
 def _iter_tensors(obj, depth=0):
@@ -121,6 +172,19 @@ def _iter_tensors(obj, depth=0):
     elif depth < 2 and isinstance(obj, dict):
         for item in obj.values():
             yield from _iter_tensors(item, depth + 1)
+
+
+def _iter_batch(obj, depth=0):
+    """The tensors of a DataLoader batch: also inside mappings that are not dicts (transformers'
+    BatchEncoding is a UserDict), which the per-call ``_iter_tensors`` leaves out for speed."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 3 and isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _iter_batch(item, depth + 1)
+    elif depth < 3 and isinstance(obj, Mapping):
+        for item in obj.values():
+            yield from _iter_batch(item, depth + 1)
 
 
 class SourceTracker(TorchFunctionMode):
@@ -157,28 +221,35 @@ class SourceTracker(TorchFunctionMode):
         self.on_call_cap: Callable[[], None] | None = None
 
     # -- helpers -----------------------------------------------------------------
-    def _where(self) -> tuple[str | None, bool]:
-        """(first user frame as "file:line", whether a module import is under way below it)."""
-        frame: FrameType | None = sys._getframe(2)
+    def _where(self, depth: int = 2) -> tuple[str | None, bool, str | None]:
+        """(first user frame as "file:line", whether a module import is under way below it,
+        innermost library frame below the user's as "file:line" or None)."""
+        frame: FrameType | None = sys._getframe(depth)
         importing = False
+        library = None
+        user_code = self.user_code
         while frame is not None:
             filename = frame.f_code.co_filename
-            shown = self.user_code.display(filename)
+            shown = user_code.display(filename)
             if shown is not None:
-                return f"{shown}:{frame.f_lineno}", importing
+                return f"{shown}:{frame.f_lineno}", importing, library
+            if library is None and (lib := user_code.library(filename)) is not None:
+                library = f"{lib}:{frame.f_lineno}"
             if filename.startswith("<frozen importlib"):
                 importing = True
             frame = frame.f_back
-        return None, importing
+        return None, importing, library
 
-    def _origin(self, where: str, kind: str, parents, call: str) -> int:
-        key = (where, kind)
+    def _origin(self, where: str, kind: str, parents, call: str, library: str | None = None) -> int:
+        # keyed by the library line too: under trainer.train() every library call has the same
+        # user line, and one origin for all of them would mix unrelated tensors' shapes
+        key = (where, kind, library)
         oid = self.origin_ids.get(key)
         if oid is None:
             oid = self.origin_ids[key] = len(self.origin_ids)
-            self.origin_meta[oid] = (where, kind, set(), set())
+            self.origin_meta[oid] = (where, kind, set(), set(), library)
             self.changed_origins.add(oid)
-        _, _, known_parents, calls = self.origin_meta[oid]
+        _, _, known_parents, calls, _ = self.origin_meta[oid]
         if parents and not parents <= known_parents:
             known_parents.update(p for p in parents if p != oid)
             self.changed_origins.add(oid)
@@ -187,17 +258,17 @@ class SourceTracker(TorchFunctionMode):
             self.changed_origins.add(oid)
         return oid
 
-    def _produced(self, oid: int, obj) -> frozenset:
+    def _produced(self, oid: int, obj, batch: bool = False) -> frozenset:
         """Record the shapes ``obj`` has as an output of origin ``oid``; tag its tensors."""
-        tensors = list(_iter_tensors(obj))
+        tensors = list(_iter_batch(obj) if batch else _iter_tensors(obj))
         self.origin_shapes.setdefault(oid, set()).add(tuple(tuple(t.shape) for t in tensors))
         return frozenset((oid,))
 
-    def tag(self, obj, where: str, cause: str = "loader") -> None:
+    def tag(self, obj, where: str, cause: str = "loader", library: str | None = None) -> None:
         """Mark tensors in ``obj`` (a DataLoader batch) as originating at ``where``."""
-        oid = self._origin(where, "loader", (), "DataLoader")
-        origins = self._produced(oid, obj)
-        for t in _iter_tensors(obj):
+        oid = self._origin(where, "loader", (), "DataLoader", library)
+        origins = self._produced(oid, obj, batch=True)
+        for t in _iter_batch(obj):
             try:
                 t._opscope_origins = origins
             except Exception:
@@ -238,14 +309,14 @@ class SourceTracker(TorchFunctionMode):
             self.table.entries[idx] = entry[:3] + (HOST_BATCH,) + entry[4:]
             todo.extend(self.host_parents.pop(idx, ()))
 
-    def begin_loading(self, where: str | None):
+    def begin_loading(self, where: str | None, library: str | None = None):
         """A DataLoader at ``where`` is fetching a batch: its operators belong to that loader.
 
         Returns the previous state, for ``end_loading``.
         """
         previous = self.loading
         if where:
-            self.loading = self._origin(where, "loader", (), "DataLoader")
+            self.loading = self._origin(where, "loader", (), "DataLoader", library)
         return previous
 
     def end_loading(self, previous) -> None:
@@ -255,7 +326,8 @@ class SourceTracker(TorchFunctionMode):
         """Return and clear per-step side data: new/changed origins and the shapes each produced."""
         data = {
             "origins": {str(oid): [self.origin_meta[oid][0], self.origin_meta[oid][1],
-                                   sorted(self.origin_meta[oid][2]), sorted(self.origin_meta[oid][3])]
+                                   sorted(self.origin_meta[oid][2]), sorted(self.origin_meta[oid][3]),
+                                   self.origin_meta[oid][4]]
                         for oid in sorted(self.changed_origins)},
             "origin_shapes": {str(oid): sorted([list(map(list, s)) for s in shapes])
                               for oid, shapes in self.origin_shapes.items()},
@@ -296,7 +368,13 @@ class SourceTracker(TorchFunctionMode):
         self.calls_in_step += 1
         if self.calls_in_step == self.call_cap and self.on_call_cap is not None:
             self.on_call_cap()
-        where, importing = self._where()
+        where, importing, library = self._where()
+        if self.loading is not None and fname in _SHAPE_SETTERS and (library or where):
+            # a collate function padding the batch: the loader's root cause names this call
+            setter, calls = f"{fname} at {library or where}", self.origin_meta[self.loading][3]
+            if setter not in calls:
+                calls.add(setter)
+                self.changed_origins.add(self.loading)
         # origins: every origin among the tensor inputs (by tensor identity)
         origins: frozenset = frozenset()
         has_tensors = False
@@ -318,11 +396,13 @@ class SourceTracker(TorchFunctionMode):
         elif fname in _SIZED:
             kind = _SIZED[fname]
         oid = None
-        if kind is not None and where is not None:
+        # inside a DataLoader's next() (the dataset, the collate function) the batch as a whole is
+        # the origin: a collate function's padding or torch.tensor() is fixed at the DataLoader
+        if kind is not None and where is not None and self.loading is None:
             parents = () if kind in ("host-sync", "factory") else origins
             assert at is not None   # `where` or the synced value's line, both checked above
             oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
-                               else fname)
+                               else fname, library if at == where else None)
         # the operators of this call: sized by its inputs, by the origin it creates (a factory,
         # a view or slice sizes its own kernels; a data-dependent op's kernels and backward
         # follow its output size) and, inside a DataLoader's next(), by the batch
@@ -334,7 +414,7 @@ class SourceTracker(TorchFunctionMode):
         newest = self.origin_meta[max(annotated)] if annotated else None
         device = "device" if on_device else ("import" if importing else "host")
         triple = (where, newest[0] if newest else None, newest[1] if newest else None, device,
-                  tuple(sorted(annotated)))
+                  tuple(sorted(annotated)), library)
         idx = self.table.intern(triple)
         if _RecordFunction is not None:
             with _RecordFunction(f"opscope#{idx}"):

@@ -14,7 +14,7 @@ from opscope.model import ScanResult
 from opscope.report.cells import csv_text
 
 COLUMNS = ["name", "overload", "input_shapes", "dtypes", "calls", "self_time_us", "total_time_us",
-           "device_time_us", "phase", "source", "parent", "top_level", "on_device", "dynamic", "verdict",
+           "device_time_us", "phase", "source", "library", "parent", "top_level", "on_device", "dynamic", "verdict",
            "evidence_rule", "substitute"]
 
 
@@ -25,7 +25,7 @@ def operator_rows(result: ScanResult) -> list[dict]:
             "name": op.name, "overload": op.overload, "input_shapes": json.dumps(op.input_shapes),
             "dtypes": json.dumps(op.dtypes), "calls": op.calls, "self_time_us": op.self_time_us,
             "total_time_us": op.total_time_us, "device_time_us": op.device_time_us, "phase": op.phase,
-            "source": op.source, "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
+            "source": op.source, "library": op.library, "parent": op.parent, "top_level": op.top_level, "on_device": op.on_device,
             "dynamic": op.dynamic, "verdict": op.verdict, "evidence_rule": (op.evidence or {}).get("rule"),
             "substitute": (op.substitute or {}).get("replacement") if op.substitute else None,
         })

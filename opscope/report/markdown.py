@@ -78,12 +78,12 @@ def render_markdown(result: ScanResult) -> str:
     if result.root_causes:
         out += ["", "## Dynamic shapes: lines to fix", ""]
         out += _table(["source line", "cause", "varying dims", "affected ops", "suggested fix"],
-                      [[rc.source, rc.kind or rc.cause, view.fmt_dims(rc.varying_dims), ", ".join(map(str, rc.ops or [])),
+                      [[view.where_of(rc, result), view.root_cause_what(rc), view.fmt_dims(rc.varying_dims), ", ".join(map(str, rc.ops or [])),
                         rc.suggestion] for rc in result.root_causes])
     if result.findings:
         out += ["", "## CUDA-specific APIs", ""]
         out += _table(["severity", "location", "API", "replacement"],
-                      [[f.severity, f"{f.file}:{f.line}" if f.file else view.NA, f.api, f.replacement or ""]
+                      [[f.severity, view.where_of(f, result) if f.file else view.NA, f.api, f.replacement or ""]
                        for f in result.findings[:MAX_ROWS]])
     if result.memory_fit:
         from opscope.analysis.memory_fit import one_line, rows

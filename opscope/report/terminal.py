@@ -91,7 +91,7 @@ def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
     for op in ops[:top]:
         verdict = op.verdict or "-"
         t.add_row(op.qualified_name, view.fmt_shapes(op.input_shapes) or "-", _ms(steady_time_us(op)),
-                  str(op.calls), op.phase or "-", op.source or "-",
+                  str(op.calls), op.phase or "-", view.where_of(op, result) or "-",
                   f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]" if op.verdict else "-")
     return t
 
@@ -116,7 +116,7 @@ def _print_top_operators_list(result: ScanResult, console: Console, top: int = 1
     for op in ops[:top]:
         verdict = op.verdict or "-"
         console.print(f"  {escape(op.qualified_name)}  {_ms(steady_time_us(op))} ms/step  x{op.calls}  "
-                      f"{op.phase or '-'}  {escape(op.source or '-')}  [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]")
+                      f"{op.phase or '-'}  {escape(view.where_of(op, result) or '-')}  [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]")
         console.print(f"      shapes {escape(view.fmt_shapes(op.input_shapes) or '-')}")
 
 
@@ -179,7 +179,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         t.add_column("fix")
         for rc in result.root_causes[:top]:
             ops = ", ".join(rc.ops[:4]) + (f" +{len(rc.ops) - 4}" if len(rc.ops) > 4 else "")
-            t.add_row(rc.source or "?", rc.kind or rc.cause, ops, rc.suggestion)
+            t.add_row(view.where_of(rc, result) or "?", view.root_cause_what(rc), ops, rc.suggestion)
         console.print(t)
     else:
         console.print("Dynamic shapes: none (every operator kept the shapes of the first step)")
@@ -192,7 +192,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         t.add_column("became")
         t.add_column("calls", justify="right")
         for f in remaps:
-            t.add_row(f"{f.file}:{f.line}" if f.file and f.line else (f.file or "-"), f.api, f.remapped_to, str(f.count))
+            t.add_row(view.where_of(f, result), f.api, f.remapped_to, str(f.count))
         console.print(t)
     _print_fake_and_memory(result, console)
     for note in result.notes:

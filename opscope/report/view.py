@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from opscope.model import VERDICTS, Operator, ScanResult
+from opscope.model import VERDICTS, Operator, ScanResult, where_text
 
 NA = "n/a"
 BLOCKING = ("cpu-fallback", "unsupported", "unknown")
@@ -209,6 +209,26 @@ class OperatorRow:
     steady_time_us: float = 0.0
 
 
+def where_of(record, result: ScanResult) -> str:
+    """An operator's / root cause's / finding's user line with the model/library line that made it
+    (library first under a framework entry such as ``trainer.train()``)."""
+    source = getattr(record, "source", None)
+    if source is None and getattr(record, "file", None):
+        source = f"{record.file}:{record.line}" if record.line else record.file
+    return where_text(source, getattr(record, "library", None), getattr(result, "entry_lines", None) or ())
+
+
+def root_cause_what(rc) -> str:
+    """``partial-batch (batch size (dim 0)) set by ...``: a root cause's kind, the dimension that
+    varied and the call that sets it."""
+    what = rc.kind or rc.cause
+    if getattr(rc, "varied", ""):
+        what += f": {rc.varied} varies"
+    if getattr(rc, "set_by", None):
+        what += f", set by {rc.set_by}"
+    return what
+
+
 def operator_rows(result: ScanResult) -> list[OperatorRow]:
     """Operator rows, most expensive first; not-applicable (set-up, host-only) ones after all the others."""
     total = total_time_us(result) or 0.0
@@ -219,7 +239,7 @@ def operator_rows(result: ScanResult) -> list[OperatorRow]:
             name=op.qualified_name, verdict=verdict_of(op), calls=int(op.calls or 0),
             shapes=fmt_shapes(op.input_shapes), dtypes=fmt_dtypes(op.dtypes), time_us=t,
             share=(t / total) if total else 0.0, phase=op.phase or "",
-            source=op.source or "", evidence=fmt_evidence_short(op.evidence, op.verdict),
+            source=where_of(op, result), evidence=fmt_evidence_short(op.evidence, op.verdict),
             substitute=fmt_substitute(op.substitute), dynamic=bool(op.dynamic),
             evidence_detail=fmt_evidence(op.evidence), steady_time_us=float(op.steady_time_us or 0.0)))
     rows.sort(key=lambda r: (r.verdict == "not-applicable", -r.time_us, r.name))
@@ -314,8 +334,8 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
         entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": "", "why": ""})
         entry["time"] += op_time_us(op)
         entry["verdicts"].add(verdict)
-        if op.source and op.source not in entry["sources"]:
-            entry["sources"].append(op.source)
+        if op.source and where_of(op, result) not in entry["sources"]:
+            entry["sources"].append(where_of(op, result))
         if not entry["sub"] and op.substitute:
             sub = op.substitute if isinstance(op.substitute, dict) else {"replacement": str(op.substitute)}
             entry["sub"] = str(sub.get("replacement") or sub.get("rationale") or "")
@@ -336,15 +356,15 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
     for rc in result.root_causes:
         affected = sum(op_time_by_name.get(name, 0.0) for name in rc.ops or [])
         fixes.append(Fix(
-            kind="dynamic shape", what=f"{rc.kind or rc.cause}: {len(rc.ops or [])} ops get changing shapes",
-            where=rc.source or "", share=affected / total if total else None,
+            kind="dynamic shape", what=f"{root_cause_what(rc)}: {len(rc.ops or [])} ops get changing shapes",
+            where=where_of(rc, result), share=affected / total if total else None,
             fix=rc.suggestion or "make the shape fixed (pad, drop_last=True)", ops=list(rc.ops or []),
             link="#dynamic"))
 
     for i, finding in enumerate(result.findings):
         if finding.rule == "framework-cuda":
             continue   # a library's own CUDA calls: listed under Remapped, nothing to change in the script
-        where = f"{finding.file}:{finding.line}" if finding.file else ""
+        where = where_of(finding, result) if finding.file else ""
         fixes.append(Fix(
             kind="CUDA API", what=finding.api, where=where, share=None,
             fix=finding.replacement or finding.message, severity=finding.severity or "warning",

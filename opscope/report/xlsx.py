@@ -189,10 +189,11 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Not supported", OPERATOR_HEADERS, _operator_table(view.not_supported_rows(rows)),
            formats=op_formats, verdict_col=1, fills=view.VERDICT_FILLS)
 
-    dynamic = [["root cause", rc.source or view.NA, rc.kind or rc.cause, view.fmt_dims(rc.varying_dims),
+    dynamic = [["root cause", view.where_of(rc, result) or view.NA, view.root_cause_what(rc),
+                view.fmt_dims(rc.varying_dims),
                 ", ".join(str(o) for o in rc.ops or []), rc.source or view.NA,
                 rc.suggestion] for rc in result.root_causes]
-    dynamic += [["dynamic op", ds.source or view.NA, ds.cause, view.fmt_dims(ds.varying_dims), ds.op,
+    dynamic += [["dynamic op", view.where_of(ds, result) or view.NA, ds.cause, view.fmt_dims(ds.varying_dims), ds.op,
                  ds.root_cause or view.NA, ds.suggestion] for ds in result.dynamic_shapes]
     _sheet(wb, "Dynamic shapes", ["kind", "source line", "cause", "varying dims", "operators",
                                   "root cause line", "suggested fix"], dynamic)

@@ -1,0 +1,95 @@
+"""What a DataLoader is made of: who builds it, which collate function and sampler set its shapes.
+
+A dynamic-shape root cause at a DataLoader is only actionable when it names the call that
+sets the batch's shape (``DataCollatorWithPadding`` padding to the longest sequence, a
+``pad_sequence`` in a collate function) with its settings, and the framework that built the
+loader (``Trainer`` builds it from ``TrainingArguments``).  Recorded at the loader's
+construction; read by ``analysis/dynamic_shapes.py``.
+"""
+from __future__ import annotations
+
+import functools
+
+from opscope.knowledge import load
+
+
+def _knowledge() -> dict:
+    return load("dynamic_shapes.yaml")
+
+
+def _plain(value):
+    """A JSON-safe setting value (an enum such as transformers' PaddingStrategy by its value)."""
+    value = getattr(value, "value", value)
+    return value if isinstance(value, (bool, int, float, str)) or value is None else str(value)
+
+
+def describe_callable(fn, user_code) -> dict | None:
+    """{"name", "where", "settings"} of a collate function or callable object; None for torch's default."""
+    if fn is None:
+        return None
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    for _ in range(3):   # wrappers around the user's collator (Trainer's RemoveColumnsCollator)
+        inner = next((getattr(target, a) for a in _knowledge().get("collate_wrapped") or []
+                      if callable(getattr(target, a, None))), None)
+        if inner is None or hasattr(target, "__code__"):
+            break
+        target = fn = inner
+    is_function = hasattr(target, "__code__")
+    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
+    name = getattr(target, "__qualname__", None) if is_function else type(target).__qualname__
+    module = getattr(target, "__module__", None) if is_function else type(target).__module__
+    if (module or "").startswith("torch.utils.data"):
+        return None   # default_collate / default_convert: stacks samples as they are
+    where = None
+    if code is not None:
+        shown = user_code.display(code.co_filename) or user_code.library(code.co_filename)
+        if shown:
+            where = f"{shown}:{code.co_firstlineno}"
+    settings = {}
+    for attr in _knowledge().get("collate_settings") or []:
+        if not is_function and hasattr(target, attr):
+            settings[attr] = _plain(getattr(target, attr))
+    if isinstance(fn, functools.partial):
+        settings.update({k: _plain(v) for k, v in fn.keywords.items() if k in (_knowledge().get("collate_settings") or [])})
+    return {"name": name, "module": module, "where": where, "settings": settings}
+
+
+def describe_sampler(loader) -> dict | None:
+    """The sampler's class and, for DistributedSampler-like ones, replicas and samples per rank."""
+    sampler = getattr(loader, "sampler", None)
+    if sampler is None:
+        return None
+    info: dict = {"name": type(sampler).__name__}
+    for attr in ("num_replicas", "drop_last", "num_samples"):
+        value = getattr(sampler, attr, None)
+        if isinstance(value, (bool, int)):
+            info[attr] = value
+    return info
+
+
+def samples_per_epoch(loader) -> int | None:
+    """How many samples this process's loader yields per epoch: its sampler's length (one rank's
+    share under DistributedSampler, which pads to equal shares), else the dataset's."""
+    for get in (lambda: len(loader.sampler), lambda: len(loader.dataset)):
+        try:
+            return int(get())
+        except Exception:  # an IterableDataset / sampler without __len__
+            continue
+    return None
+
+
+def construction_site(user_code, frame) -> tuple[str | None, list[str]]:
+    """(user line, library lines below it, innermost first) of the code constructing a DataLoader:
+    the innermost says where, the outer ones which framework built it (Trainer via accelerate)."""
+    libraries: list[str] = []
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        shown = user_code.display(filename)
+        if shown is not None:
+            return f"{shown}:{frame.f_lineno}", libraries
+        if (lib := user_code.library(filename)) is not None and len(libraries) < 12:
+            libraries.append(f"{lib}:{frame.f_lineno}")
+        frame = frame.f_back
+    return None, libraries
+
+
