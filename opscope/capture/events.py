@@ -88,8 +88,10 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
             continue
         if name == "PythonDispatchMode":
             # a Python dispatch mode (--mode fake's fake tensors) implementing the enclosing operator: what
-            # it runs inside is its own bookkeeping, not operators of the job
-            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
+            # it runs inside is its own bookkeeping, not operators of the job.  Only inside an operator:
+            # a mode's range may outlive the torch call that opened it (a value read under a phase range),
+            # and what follows it is the job's work again
+            stack.append((end, (parent_op, ann, ph, bw_seq, private or parent_op is not None)))
             continue
         if not is_operator(name):
             if parent_op is not None:  # e.g. cudaLaunchKernel: its kernel belongs to this op
