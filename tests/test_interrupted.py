@@ -355,3 +355,15 @@ def test_sigterm_handling_is_unchanged_by_the_lock(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     assert not (out / run_folder.LOCK).exists() and len(_complete_steps(out)) >= 2
+
+
+def test_a_retry_waits_for_the_attempt_still_holding_the_folder(tmp_path):
+    """A fleet retry of a job whose previous attempt is still writing its partial results waits for it."""
+    import threading
+    held = run_folder.lock(tmp_path, "scan")
+    assert run_folder.wait_for_release(tmp_path, 0.3) is False   # still held: gives up after the timeout
+    threading.Timer(0.5, held.release).start()
+    started = time.monotonic()
+    assert run_folder.wait_for_release(tmp_path, 10) is True
+    assert 0.4 < time.monotonic() - started < 5
+    assert run_folder.wait_for_release(tmp_path / "never-scanned", 0) is True

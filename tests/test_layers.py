@@ -31,7 +31,9 @@ FORBIDDEN = {
                                "text.py", "resources.py")},
 }
 # the callable-package hook: ``opscope.capture(...)`` is the in-process API above the pipeline
-ALLOWED = {("capture/__init__.py", "opscope.api")}
+ALLOWED = {("capture/__init__.py", "opscope.api"),
+           # torch-free: a fleet retry waits for the run folder's lock of the attempt it replaces
+           ("fleet/engine.py", "opscope.capture.run_folder")}
 # names ``opscope/__init__`` defines for users; code below the CLI takes them from their own modules
 ROOT_NAMES = {"load", "load_diff", "__version__"}
 

@@ -371,6 +371,30 @@ def lock(root, what: str, fix: str = "choose another --out") -> FolderLock:
     raise UserError(f"{root}: could not take the folder's lock ({path}); {fix}")
 
 
+def wait_for_release(root, timeout_s: float) -> bool:
+    """Wait until no process holds ``root``'s lock (True), or ``timeout_s`` passed (False).
+
+    For a caller that re-runs a job whose previous attempt was stopped and may still be writing
+    its partial results (a fleet's retry): a user's second scan is refused at once instead."""
+    import fcntl
+    path = Path(root) / LOCK
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:   # no lock file: nobody holds it
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+        finally:
+            os.close(fd)
+        time.sleep(0.2)
+
+
 def _holder(fd: int, wait: bool) -> dict:
     deadline = time.monotonic() + (1.0 if wait else 0)
     while True:

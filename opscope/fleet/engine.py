@@ -35,6 +35,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+LOCK_WAIT_S = 120.0   # how long a retried job waits for its previous attempt to let go of the folder
+
+
 def _pdeathsig():
     """In the child: get SIGTERM when the parent (a Ray worker, the serial driver) dies."""
     try:
@@ -128,6 +131,10 @@ def _run_scan(spec: dict, script: str, run_dir: Path, job_formats: str) -> tuple
         env.setdefault(var, threads)
     cmd = scan_command(spec, script, run_dir, job_formats)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # a retry: the earlier attempt's scan, stopped with its killed worker, may still be writing its
+    # partial results into this folder (it holds the folder's lock until it exits)
+    from opscope.capture.run_folder import wait_for_release
+    wait_for_release(run_dir, LOCK_WAIT_S)
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd, cwd=spec.get("cwd") or str(run_dir), env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_pdeathsig)
