@@ -31,9 +31,9 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
 
 def write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
     """scan.json and operators.csv always; then the requested reports (html, xlsx, md, sarif)."""
+    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
-    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     out = Path(out)
     write_scan_json(result, out / SCAN_JSON)
     write_operators_csv(result, out / OPERATORS_CSV)
@@ -61,6 +61,7 @@ def recover_capture(run_dir: Path):
     """
     import os
     import time
+
     from opscope.capture.run_folder import RunFolder, recovery_config
     from opscope.capture.runner import ChildOutcome
     folder = RunFolder(run_dir)

@@ -10,11 +10,11 @@ import platform
 import sys
 from pathlib import Path
 
-from opscope.version import __version__
 from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.model import ScanResult
+from opscope.version import __version__
 
 
 def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool, str | None]:

@@ -183,7 +183,7 @@ def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | 
     index_ops = set((standards.get("index_outputs") or {}).get("ops") or [])
     worst: dict[str, Any] = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
     headline = None
-    for pos, (dev, ref) in enumerate(zip(device_outs, reference)):
+    for pos, (dev, ref) in enumerate(zip(device_outs, reference, strict=True)):
         orc = oracle[pos] if oracle is not None and pos < len(oracle) else None
         is_index = base in index_ops and ref is not None and not ref.dtype.is_floating_point
         judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index)

@@ -81,6 +81,7 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
     If this fails or is killed, the parent analyses the capture itself (slower, same result).
     """
     import time
+
     from opscope.capture.runner import ChildOutcome
     try:
         from opscope.capture import ranks
@@ -113,7 +114,8 @@ def _fake_mode(config, session):
     return fake_run
 
 
-def main(config_path: str, analyse=None) -> int:
+# above complexity 15: the child's whole life: config, capture, outcome (ScanPlan contract: issue 21)
+def main(config_path: str, analyse=None) -> int:  # noqa: C901
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
     script = config["script"]

@@ -320,7 +320,7 @@ class FolderLock:
         os.close(self.fd)
         self.fd = -1
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self
 
     def __exit__(self, *exc) -> None:

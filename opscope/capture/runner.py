@@ -62,7 +62,8 @@ def _npu_available() -> bool:
         return False
 
 
-def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",
+# above complexity 15: the parent side of the scan (shrinks with the ScanPlan contract: issue 21)
+def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",  # noqa: C901
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,

@@ -21,8 +21,8 @@ import torch
 
 from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
+from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.model import OpCall, loader_key
 
@@ -298,11 +298,10 @@ class CaptureSession:
             self.write_error = (str(path), disk_error_text(exc))
 
     # -- step markers ----------------------------------------------------------------
-    def _install_step_hooks(self) -> None:
-        from torch.optim.optimizer import (Optimizer, register_optimizer_step_post_hook,
-                                           register_optimizer_step_pre_hook)
-        from torch.nn.modules.module import (register_module_forward_hook,
-                                             register_module_forward_pre_hook)
+    # above complexity 15: one hook closure per step marker (forward, backward, optimizer)
+    def _install_step_hooks(self) -> None:  # noqa: C901
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         session = self
         orig_opt_init = Optimizer.__init__
 
@@ -405,7 +404,7 @@ class CaptureSession:
         try:
             from torch.amp import grad_scaler
         except ImportError:  # pragma: no cover - torch < 2.3
-            from torch.cuda.amp import grad_scaler   # type: ignore[no-redef]
+            from torch.cuda.amp import grad_scaler  # type: ignore[no-redef]
         GradScaler = grad_scaler.GradScaler
         for name in ("unscale_", "step", "update"):
             original = GradScaler.__dict__.get(name)

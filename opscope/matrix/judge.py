@@ -14,8 +14,8 @@ A name is never enough: every verdict names the lists checked and the dispatch k
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from opscope.matrix.store import SupportMatrix, plugin_lines_of
 from opscope.matrix.torch_schema import OverloadInfo, TorchSchema

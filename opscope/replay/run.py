@@ -20,8 +20,15 @@ import traceback
 from dataclasses import dataclass, field
 
 from opscope.errors import UserError
-from opscope.replay.inputs import (SCALAR_TYPE_ARGS, DumpedTensors, NotReplayable, SyntheticTensors,
-                                   build_call, load_standards, short_name)
+from opscope.replay.inputs import (
+    SCALAR_TYPE_ARGS,
+    DumpedTensors,
+    NotReplayable,
+    SyntheticTensors,
+    build_call,
+    load_standards,
+    short_name,
+)
 
 FLOAT_CODES = {5, 6, 7, 15}   # c10 ScalarType: Half, Float, Double, BFloat16
 DOUBLE_CODE = 7
@@ -187,8 +194,8 @@ CPU_SELF = ("on --device cpu the device and the reference are the same CPU compu
 
 def _measure_cpu(result, reference: list, oracle: list | None, standards: dict):
     """--device cpu: the CPU kernel in the captured dtype against float64, measured, never judged."""
-    from opscope.analysis.verify import _accuracy_reached, error_stats, measure_tensor, dtype_thresholds
-    pairs = [(r, o) for r, o in zip(reference, oracle or []) if r is not None and o is not None
+    from opscope.analysis.verify import _accuracy_reached, dtype_thresholds, error_stats, measure_tensor
+    pairs = [(r, o) for r, o in zip(reference, oracle or [], strict=False) if r is not None and o is not None
              and r.dtype.is_floating_point and tuple(r.shape) == tuple(o.shape)]
     if not pairs:
         result.outcome, result.message = "skipped", CPU_SELF + ("; no float64 oracle for this op" if oracle is None
@@ -211,6 +218,7 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
                      max_elements: int | None = None) -> SignatureResult:
     """Replay one captured signature on ``device`` and judge it against the CPU."""
     import torch
+
     from opscope.analysis.verify import judge_outputs, prediction_disagreement
     standards = standards or load_standards()
     started = time.perf_counter()
@@ -271,7 +279,7 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
     dumped = DumpedTensors(run_dir, synthetic) if run_dir else None
     source = dumped if dumped is not None and dumped.available() else synthetic
     chosen = [op for op in operators if not only or any(s in op.name for s in only)]
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     clock = time.perf_counter()
     results = []
     for i, op in enumerate(chosen, 1):

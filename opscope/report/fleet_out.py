@@ -63,7 +63,7 @@ def shown_lines(doc: dict) -> list[str]:
                 tuple((o["op"], o["per_line"][line]["blocks"]) for o in doc["operators"]))
 
     shown = [lines[0]] if lines else []
-    for prev, line in zip(lines, lines[1:]):
+    for prev, line in zip(lines, lines[1:], strict=False):
         if state(line) != state(prev) or line == lines[-1]:
             shown.append(line)
     return shown
