@@ -21,7 +21,7 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
     out_dir = Path(out_dir)
     if capture is None:
         capture = load_capture(out_dir)
-    result = build_scan_result(out_dir, capture=capture, **scan_fields)
+    result = build_scan_result(capture=capture, **scan_fields)
     from opscope.analysis.fake_results import apply_fake
     from opscope.capture.fake_mode import read as read_fake
     apply_fake(result, read_fake(out_dir / "capture"))   # --mode fake: timings, data-dependent places, memory

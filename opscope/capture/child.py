@@ -235,6 +235,3 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     # stopped early must not hang or fail the scan after everything is written.
     os._exit(0)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

@@ -349,10 +349,6 @@ def build_wheels(wheels: list, out_dir: Path) -> tuple[list[Path], set]:
     return written, torches
 
 
-def build_wheel(wheel: Path, out_dir: Path) -> Path:
-    return build_wheels([wheel], out_dir)[0][0]
-
-
 def download_wheel(version: str, dest: Path) -> Path:
     """Fetch one torch_npu wheel with pip (no dependencies)."""
     spec = version if version.startswith("torch_npu") else f"torch_npu=={version}"
