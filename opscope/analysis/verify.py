@@ -220,6 +220,12 @@ def prediction_disagreement(outcome: str, predicted: str | None, device_type: st
     return None
 
 
+def msprobe_outcome(outcome: str, standards: dict) -> str | None:
+    """opscope's pass/warn/fail as msprobe names it (verify_standards.yaml ``outcomes``)."""
+    names = {v: k for k, v in (standards.get("outcomes") or {}).items() if k != "source"}
+    return names.get(outcome)
+
+
 def summarise(rows: list[dict]) -> dict:
     counts = {k: 0 for k in OUTCOMES}
     for row in rows:

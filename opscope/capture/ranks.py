@@ -28,6 +28,7 @@ from typing import Any
 from opscope.capture import distributed
 from opscope.capture.run_folder import CAPTURE, SCRIPT_TRACEBACK, STEPS_LOG, TRACES, RunFolder
 from opscope.capture.session import CaptureSession, StopScan
+from opscope.capture.where import user_frame_summary
 
 RANK_GRACE_SECONDS = 5.0
 
@@ -374,8 +375,7 @@ class _RankTarget:
 
 
 def _where(exc, script: str) -> str:
-    from opscope.capture.child import _user_frame_summary
-    return _user_frame_summary(exc, script)
+    return user_frame_summary(exc, script)
 
 
 def _write_outcome(folder: Path, kind, code, message, where, steps, **extra) -> None:

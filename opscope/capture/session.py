@@ -8,7 +8,6 @@ or is killed loses nothing that was already captured.  Used by the child process
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -22,11 +21,10 @@ import torch
 from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
+from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.model import OpCall, loader_key
+from opscope.model import loader_key
 
-_CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
 CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step
@@ -227,7 +225,7 @@ class CaptureSession:
             "trace": os.path.relpath(trace, self.out_dir) if trace else None,
             "side": self.tracker.reset_step(),
             "unrecorded": self._take_unrecorded(),
-            "calls": [[getattr(c, f) for f in _CALL_FIELDS] for c in calls],
+            "calls": [[getattr(c, f) for f in CALL_FIELDS] for c in calls],
         }
         try:
             self._steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
@@ -285,7 +283,7 @@ class CaptureSession:
 
     def write_findings(self) -> None:
         findings = [f.to_dict() for f in self.findings.list()] if self.findings else []
-        data = {"columns": _CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
+        data = {"columns": CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
                 "dataloaders": self.dataloaders, "precision": self.findings.precision if self.findings else None}
         try:
             write_atomic(self.capture_dir / RUNTIME, json.dumps(data))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder
+from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder
 from opscope.model import PHASES, Finding, OpCall, Step
 
 
@@ -19,8 +19,7 @@ def load_capture(out_dir: Path):
         runtime = json.loads(folder.capture_file(RUNTIME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
-    from opscope.capture.session import _CALL_FIELDS
-    columns = runtime.get("columns", _CALL_FIELDS)
+    columns = runtime.get("columns", CALL_FIELDS)
     records: list[dict] = []
     notes: list[str] = []
     path = folder.steps_log

@@ -243,7 +243,7 @@ class Judge:
 
     def _first_supported_after(self, key: str) -> str | None:
         """The first exact release after this one that registers ``key`` (a post-release counts)."""
-        from opscope.matrix.build import version_key
+        from opscope.matrix.versions import version_key
         mine = version_key(self.release.version)
         for version in self.matrix.versions:
             if version_key(version) > mine and key in self.matrix.exact[version].aten:

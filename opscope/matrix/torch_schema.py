@@ -183,7 +183,7 @@ def read_facts(path: Path) -> dict:
 
 
 def render_facts(facts: dict) -> str:
-    from opscope.matrix.build import version_key
+    from opscope.matrix.versions import version_key
     order = sorted(facts, key=version_key, reverse=True)
     base_version = order[0]
     base = {l.split()[1]: l for l in facts[base_version]}

@@ -29,6 +29,7 @@ from opscope.replay.inputs import (
     load_standards,
     short_name,
 )
+from opscope.replay.outputs import flatten_outputs
 
 FLOAT_CODES = {5, 6, 7, 15}   # c10 ScalarType: Half, Float, Double, BFloat16
 DOUBLE_CODE = 7
@@ -112,21 +113,6 @@ def cpu_copy(call):
     return _map(call.args, lambda t: t.clone()), {k: _map(v, lambda t: t.clone()) for k, v in call.kwargs.items()}
 
 
-def flatten_outputs(value) -> list:
-    """Tensors of an op's result in order (nested tuples/lists flattened; None kept)."""
-    import torch
-    if isinstance(value, (list, tuple)):
-        out = []
-        for v in value:
-            out.extend(flatten_outputs(v))
-        return out
-    if isinstance(value, torch.Tensor) or value is None:
-        return [value]
-    if isinstance(value, (bool, int, float)):
-        return [torch.tensor(value)]
-    return [None]
-
-
 def run_on_device(call, device):
     """Run the call on ``device`` and bring the outputs back to the CPU.  (Tests perturb this.)"""
     args, kwargs = to_device(call, device)
@@ -182,12 +168,6 @@ def _cpu_refusal(op, exc) -> str:
     return f"inputs not accepted by the CPU op either ({_one_line(exc)})"
 
 
-def msprobe_outcome(outcome: str, standards: dict) -> str | None:
-    """opscope's pass/warn/fail as msprobe names it (verify_standards.yaml ``outcomes``)."""
-    names = {v: k for k, v in (standards.get("outcomes") or {}).items() if k != "source"}
-    return names.get(outcome)
-
-
 CPU_SELF = ("on --device cpu the device and the reference are the same CPU computation: nothing to compare "
             "(run verify on npu/cuda to judge device numerics)")
 
@@ -219,7 +199,7 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
     """Replay one captured signature on ``device`` and judge it against the CPU."""
     import torch
 
-    from opscope.analysis.verify import judge_outputs, prediction_disagreement
+    from opscope.analysis.verify import judge_outputs, msprobe_outcome, prediction_disagreement
     standards = standards or load_standards()
     started = time.perf_counter()
     result = SignatureResult(op=op.name, overload=op.overload, input_shapes=op.input_shapes, dtypes=op.dtypes,

@@ -65,7 +65,7 @@ def _run(fn, named: dict, grad_names: list, grad_seed: int, dtype_of=None):
     """Forward outputs and gradients of ``fn(**named)`` w.r.t. ``grad_names`` (CPU results)."""
     import torch
 
-    from opscope.replay.run import flatten_outputs
+    from opscope.replay.outputs import flatten_outputs
     leaves = {}
     for name in grad_names:
         value = named.get(name)
@@ -137,7 +137,7 @@ def verify_substitute(op, option: dict, check: dict, device, source=None, standa
         parts = [("forward", forward)] + ([("backward", backward)] if backward else [])
         rank = {"pass": 0, "warn": 1, "fail": 2}
         row["outcome"] = max((j["outcome"] for _, j in parts), key=lambda o: rank.get(o, 3))
-        from opscope.replay.run import msprobe_outcome
+        from opscope.analysis.verify import msprobe_outcome
         row["msprobe"] = msprobe_outcome(row["outcome"], standards)
         errs = ", ".join(f"{name} max rel err {j['metrics'].get('max_rel_err', 0):.3g}" for name, j in parts
                          if j["metrics"].get("max_rel_err") is not None)
