@@ -68,7 +68,7 @@ def cost_of_estimate(run: Path, result) -> tuple[float, float, float]:
         estimate(result.operators, result.steps, capture[0], "Ascend910B2")
         est.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        build_scan_result(run, capture=capture, **fields)
+        build_scan_result(capture=capture, **fields)
         build.append(time.perf_counter() - t0)
         capture = load_capture(run)
         t0 = time.perf_counter()

@@ -3,10 +3,9 @@
 Pipeline: ``capture`` (run a script, collect operator events) -> ``model`` (plain
 dataclasses) -> ``analysis`` (pure functions) -> ``report`` (HTML, XLSX, JSON, terminal).
 """
-from opscope.version import __version__  # noqa: E402,F401
-
 # ``opscope.capture(out="runs/x", steps=5)`` is the in-process API: the package is callable.
 from opscope import capture  # noqa: E402,F401  (light: no torch import until called)
+from opscope.version import __version__  # noqa: E402,F401
 
 
 def load(run_dir):

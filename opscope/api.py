@@ -43,9 +43,9 @@ class capture:
                                       remap=False, export_traces=export_traces, raise_when_done=False)
         self.result = None
 
-    def __enter__(self) -> "capture":
+    def __enter__(self) -> capture:
         self._t0 = time.perf_counter()
-        self._started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         RunFolder(self.out).clear_capture()
         self.session.start()
         return self

@@ -13,8 +13,8 @@ import re
 import sys
 
 from opscope import commands
-from opscope.version import __version__
 from opscope.errors import EXIT_INTERNAL, UserError, one_line
+from opscope.version import __version__
 
 
 class OneLineParser(argparse.ArgumentParser):

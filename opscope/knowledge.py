@@ -7,10 +7,9 @@ facts live in one yaml file each and one predicate each, here.
 from __future__ import annotations
 
 import fnmatch
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from opscope.resources import support_matrix_dir
-
 
 # The top-level keys each knowledge file may have, and the type of each: a misspelt key
 # would otherwise be silently ignored and its rules would quietly stop applying.  A new
@@ -49,7 +48,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> dict:
     """One knowledge file, its top-level keys checked against ``SCHEMAS``."""
     return load_path(support_matrix_dir() / name, name)

@@ -21,7 +21,7 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
     out_dir = Path(out_dir)
     if capture is None:
         capture = load_capture(out_dir)
-    result = build_scan_result(out_dir, capture=capture, **scan_fields)
+    result = build_scan_result(capture=capture, **scan_fields)
     from opscope.analysis.fake_results import apply_fake
     from opscope.capture.fake_mode import read as read_fake
     apply_fake(result, read_fake(out_dir / "capture"))   # --mode fake: timings, data-dependent places, memory
@@ -31,9 +31,9 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
 
 def write_outputs(result, out: Path, formats: list[str]) -> list[Path]:
     """scan.json and operators.csv always; then the requested reports (html, xlsx, md, sarif)."""
+    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     from opscope.report.csv_out import write_operators_csv
     from opscope.report.json_out import write_scan_json
-    from opscope.capture.run_folder import OPERATORS_CSV, SCAN_JSON
     out = Path(out)
     write_scan_json(result, out / SCAN_JSON)
     write_operators_csv(result, out / OPERATORS_CSV)
@@ -61,6 +61,7 @@ def recover_capture(run_dir: Path):
     """
     import os
     import time
+
     from opscope.capture.run_folder import RunFolder, recovery_config
     from opscope.capture.runner import ChildOutcome
     folder = RunFolder(run_dir)

@@ -84,6 +84,24 @@ def test_a_new_reporter_is_one_registration(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_a_registered_format_next_to_scan_json_is_refreshed_by_rerender(tmp_path):
+    """``opscope verify`` re-renders the reports it finds: a new format is one of them, scan.json is not."""
+    from opscope.report.render import existing_reports, rerender
+    run_dir = tmp_path / "run"
+    write_reports(realistic_scan(), run_dir, ("json", "md"))
+    registry.register(DummyReporter())
+    try:
+        (run_dir / "report.dummy").write_text("stale\n")
+        assert set(existing_reports(run_dir)) == {"md", "dummy"}
+        changed = realistic_scan()
+        changed.operators = changed.operators[:1]
+        written = rerender(changed, run_dir)
+        assert sorted(p.name for p in written) == ["report.dummy", "report.md"]
+        assert (run_dir / "report.dummy").read_text() == "1 operators\n"
+    finally:
+        registry.unregister("scan", "dummy")
+
+
 def test_every_bundled_format_is_a_module_of_the_formats_package():
     import pkgutil
 

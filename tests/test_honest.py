@@ -149,11 +149,11 @@ def test_relay_counts_profiler_lines_and_passes_the_script_lines(tmp_path, monke
     import sys
 
     from opscope.capture.noise import notes
-    from opscope.capture.runner import _relay_stderr
+    from opscope.capture.processes import relay_stderr
     out = io.BytesIO()
     monkeypatch.setattr(sys, "stderr", type("S", (), {"buffer": out})())
     toggle = b"[W1125 17:18:52.242513517 profiler_kineto.cpp:814] Toggling CPU activity with GPU activity on\n"
-    _relay_stderr(io.BytesIO(b"[rank0]:" + toggle + toggle + b"[rank0]: my own warning\n"
+    relay_stderr(io.BytesIO(b"[rank0]:" + toggle + toggle + b"[rank0]: my own warning\n"
                              b"USDT:2026-11-25 17:18:52 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n"),
                   tmp_path)
     assert out.getvalue() == b"[rank0]: my own warning\n"

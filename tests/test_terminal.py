@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 
 from conftest import ROOT
-from opscope.capture.runner import _relay_stderr
+from opscope.capture.processes import relay_stderr
 
 SUMMARY = ("import json, sys; from opscope.model import ScanResult; from opscope.report.terminal import print_summary; "
            "print_summary(ScanResult.from_dict(json.load(open(sys.argv[1]))))")
@@ -57,7 +57,7 @@ def test_kineto_device_count_noise_is_filtered(monkeypatch):
     monkeypatch.setattr(sys, "stderr", type("S", (), {"buffer": out})())
     stream = io.BytesIO(b"ERROR:2026-01-01 10:00:00 123:123 CudaDeviceProperties.cpp:26] gpuGetDeviceCount failed "
                         b"with code 35\nERROR: the script's own error\nTraceback (most recent call last):\n")
-    _relay_stderr(stream)
+    relay_stderr(stream)
     assert out.getvalue() == b"ERROR: the script's own error\nTraceback (most recent call last):\n"
 
 

@@ -132,7 +132,7 @@ def main():
             group["lr"] = get_lr(it)
         if it % args.eval_interval == 0 and it > 0:
             print(f"step {it}: val loss {estimate_loss():.4f}")
-        for micro_step in range(args.grad_accum):
+        for _micro_step in range(args.grad_accum):
             with ctx:
                 logits, loss = model(X, Y)
                 loss = loss / args.grad_accum

@@ -187,9 +187,9 @@ def _similarity(key_a, key_b) -> tuple:
     shapes_a, dtypes_a = key_a[2], key_a[3]
     shapes_b, dtypes_b = key_b[2], key_b[3]
     same_arity = len(shapes_a) == len(shapes_b)
-    equal_args = sum(1 for x, y in zip(shapes_a, shapes_b) if x == y)
-    equal_ranks = sum(1 for x, y in zip(shapes_a, shapes_b) if len(x or ()) == len(y or ()))
-    equal_types = sum(1 for x, y in zip(dtypes_a, dtypes_b) if x == y)
+    equal_args = sum(1 for x, y in zip(shapes_a, shapes_b, strict=False) if x == y)
+    equal_ranks = sum(1 for x, y in zip(shapes_a, shapes_b, strict=False) if len(x or ()) == len(y or ()))
+    equal_types = sum(1 for x, y in zip(dtypes_a, dtypes_b, strict=False) if x == y)
     return (same_arity, equal_ranks, equal_types, equal_args)
 
 

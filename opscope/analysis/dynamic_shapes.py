@@ -125,7 +125,8 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
     return table, dict(shapes)
 
 
-def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,
+# above complexity 15: one pass over the steps attributing each varying shape to its root cause
+def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,  # noqa: C901
                         dataloaders: dict | None = None, notes: list | None = None):
     """Return (dynamic_shapes, root_causes, dynamic_keys).
 

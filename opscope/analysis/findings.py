@@ -12,6 +12,7 @@ import os
 
 from opscope.model import Finding
 
+
 def _norm_file(file: str | None) -> str:
     return os.path.normpath(file).replace("\\", "/") if file else ""
 

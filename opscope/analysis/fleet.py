@@ -64,9 +64,7 @@ def target_version(key: str) -> str:
 def judge_versions(result, lines: list[str]) -> dict:
     """{line: {"summary": readiness summary, "version": torch_npu version}} for one scan."""
     from opscope.analysis.scan_result import _mark_host_only
-    from opscope.analysis.verdicts import assign_verdicts
-
-    from opscope.analysis.verdicts import readiness_summary
+    from opscope.analysis.verdicts import assign_verdicts, readiness_summary
 
     uses_device = not any((op.evidence or {}).get("rule") == "setup-without-device" for op in result.operators)
     out = {}

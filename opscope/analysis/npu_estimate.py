@@ -14,8 +14,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import fields
 
-from opscope.analysis.npu_cost import (Kernel, cost_model, dtype_bytes, dtype_name, kernel_time_us, numel,
-                                       resolve_chip, tensor_bytes)
+from opscope.analysis.npu_cost import (
+    Kernel,
+    cost_model,
+    dtype_bytes,
+    dtype_name,
+    kernel_time_us,
+    numel,
+    resolve_chip,
+    tensor_bytes,
+)
 
 BASIS_VERSION = 1
 
@@ -118,7 +126,7 @@ def _model_matmul(op, names) -> list[Kernel]:
     batch, m, k, n = dims
     dtype = _float_dtype(op)
     size = dtype_bytes(dtype)
-    moved = tensor_bytes(*zip(*_tensors(op))) if _tensors(op) else 0.0
+    moved = tensor_bytes(*zip(*_tensors(op), strict=True)) if _tensors(op) else 0.0
     moved += batch * m * n * size
     return [Kernel(names[0], "cube", 2.0 * batch * m * k * n, moved, dtype, written=batch * m * n * size)]
 
@@ -132,7 +140,7 @@ def _model_attention(op, names) -> list[Kernel]:
     flops = 4.0 * numel(q) * (k[-2] if len(k) >= 2 else 1) * (0.5 if causal else 1.0)
     if names[0].endswith("Grad"):
         flops *= 2.5
-    return [Kernel(names[0], "fa", flops, tensor_bytes(*zip(*tensors)) * 2, tensors[0][1])]
+    return [Kernel(names[0], "fa", flops, tensor_bytes(*zip(*tensors, strict=True)) * 2, tensors[0][1])]
 
 
 def _model_pool(op, names) -> list[Kernel]:
@@ -159,7 +167,7 @@ def _model_pool_backward(op, names) -> list[Kernel]:
 
 def _model_elementwise(op, names) -> list[Kernel]:
     tensors = _tensors(op)
-    moved = tensor_bytes(*zip(*tensors)) if tensors else 0.0
+    moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
     if tensors:   # the output: the biggest input's size
         shape, dtype = max(tensors, key=lambda t: numel(t[0]))
         moved += numel(shape) * dtype_bytes(dtype)
@@ -168,7 +176,7 @@ def _model_elementwise(op, names) -> list[Kernel]:
 
 def _model_reduce(op, names) -> list[Kernel]:
     tensors = _tensors(op)
-    moved = tensor_bytes(*zip(*tensors)) if tensors else 0.0
+    moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
     return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
 
 
@@ -230,7 +238,7 @@ def _nz_transdata(op, rule: dict | None) -> list[Kernel]:
     moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
     return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
                    note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
-            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]))]
+            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]), strict=True)]
 
 
 MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
@@ -427,7 +435,8 @@ def build_basis(operators, steps, calls=None) -> dict:
         _TENSORS.clear()
 
 
-def _build_basis(operators, steps, calls=None) -> dict:
+# above complexity 15: one branch per cost rule of the operator cost model
+def _build_basis(operators, steps, calls=None) -> dict:  # noqa: C901
     model = cost_model()
     aten = model.get("aten") or {}
     views = set(model.get("views") or [])

@@ -51,7 +51,7 @@ def resolve_overload(name: str, kinds: tuple[str, ...]) -> str | None:
         args = schema.arguments
         if len(args) != len(kinds):
             continue
-        if all(kind in _schema_kind(arg) for kind, arg in zip(kinds, args)):
+        if all(kind in _schema_kind(arg) for kind, arg in zip(kinds, args, strict=True)):
             matches.append(schema.overload_name)
     if len(matches) == 1:
         return matches[0]

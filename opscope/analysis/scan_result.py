@@ -10,11 +10,11 @@ import platform
 import sys
 from pathlib import Path
 
-from opscope.version import __version__
 from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.model import ScanResult
+from opscope.version import __version__
 
 
 def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool, str | None]:
@@ -34,7 +34,7 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
     return False, f"{outcome.message}{during}"
 
 
-def build_scan_result(out_dir: Path, *, script: str, argv: list, device: str, settings: dict,
+def build_scan_result(*, script: str, argv: list, device: str, settings: dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
                       target: str | None = None, capture: tuple) -> ScanResult:
     """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta)."""

@@ -183,7 +183,7 @@ def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | 
     index_ops = set((standards.get("index_outputs") or {}).get("ops") or [])
     worst: dict[str, Any] = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
     headline = None
-    for pos, (dev, ref) in enumerate(zip(device_outs, reference)):
+    for pos, (dev, ref) in enumerate(zip(device_outs, reference, strict=True)):
         orc = oracle[pos] if oracle is not None and pos < len(oracle) else None
         is_index = base in index_ops and ref is not None and not ref.dtype.is_floating_point
         judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index)
@@ -218,6 +218,12 @@ def prediction_disagreement(outcome: str, predicted: str | None, device_type: st
     if outcome in ("pass", "warn", "fail") and predicted == "unsupported":
         return "predicted unsupported, but the op ran on the NPU"
     return None
+
+
+def msprobe_outcome(outcome: str, standards: dict) -> str | None:
+    """opscope's pass/warn/fail as msprobe names it (verify_standards.yaml ``outcomes``)."""
+    names = {v: k for k, v in (standards.get("outcomes") or {}).items() if k != "source"}
+    return names.get(outcome)
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from opscope.capture.run_folder import ANALYSIS_ERROR, SCRIPT_TRACEBACK, STOP_REASON, RunFolder, write_error_status
+from opscope.capture.where import user_frame_summary
 
 
 class _Context:
@@ -30,16 +31,6 @@ class _Context:
 
     def on_step(self, callback) -> None:
         self.session.on_step(callback)
-
-
-def _user_frame_summary(exc: BaseException, script: str) -> str:
-    """'file:line' of the innermost frame in the user's script tree, for the one-line error."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    root = os.path.dirname(os.path.abspath(script))
-    for frame in reversed(tb):
-        if os.path.abspath(frame.filename).startswith(root + os.sep):
-            return f"{os.path.relpath(frame.filename, root)}:{frame.lineno}"
-    return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
 
 
 def _stop_reason(out_dir: Path) -> str | None:
@@ -81,6 +72,7 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
     If this fails or is killed, the parent analyses the capture itself (slower, same result).
     """
     import time
+
     from opscope.capture.runner import ChildOutcome
     try:
         from opscope.capture import ranks
@@ -113,7 +105,8 @@ def _fake_mode(config, session):
     return fake_run
 
 
-def main(config_path: str, analyse=None) -> int:
+# above complexity 15: the child's whole life: config, capture, outcome (ScanPlan contract: issue 21)
+def main(config_path: str, analyse=None) -> int:  # noqa: C901
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(config["out_dir"])
     script = config["script"]
@@ -180,21 +173,21 @@ def main(config_path: str, analyse=None) -> int:
         elif kind == "timeout":
             limit = (config.get("settings") or {}).get("timeout") or 0
             message = f"the script did not finish {config['steps']} steps within --timeout {limit:g}s"
-            where = _user_frame_summary(stop, script)
+            where = user_frame_summary(stop, script)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         kind = "exit"
         message = f"the script called sys.exit({exc.code!r})"
-        where = _user_frame_summary(exc, script)
+        where = user_frame_summary(exc, script)
     except KeyboardInterrupt as exc:
         kind, code = "interrupted", 130
         message = _stop_reason(out_dir) or "the scan was interrupted"
-        where = _user_frame_summary(exc, script)
+        where = user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1
         from opscope.text import printable
         message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
-        where = _user_frame_summary(exc, script)
+        where = user_frame_summary(exc, script)
         try:
             folder.write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
         except OSError:
@@ -233,6 +226,3 @@ def main(config_path: str, analyse=None) -> int:
     # stopped early must not hang or fail the scan after everything is written.
     os._exit(0)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

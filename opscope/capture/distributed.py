@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from opscope.capture.processes import ChildOutcome, count_lines, relay_stderr, signal_group
 from opscope.capture.run_folder import CAPTURE, OUTCOME, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
@@ -51,7 +52,8 @@ _LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
 
 # -- which launcher -----------------------------------------------------------------------
-def detect_launcher(script) -> tuple[str, str | None]:
+# above complexity 15: one branch per launcher idiom found in the script's source
+def detect_launcher(script) -> tuple[str, str | None]:  # noqa: C901
     """('spawn'|'torchrun'|'none', the script's --local_rank flag spelling or None), from its source.
 
     A script that only *reads* the launcher's environment with a fallback
@@ -300,14 +302,14 @@ def read_rank_outcome(out_dir: Path, rank: int, captured: bool, returncode: int 
 
 
 # -- torchrun-style: opscope starts the ranks -----------------------------------------------
-def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=None):
+# above complexity 15: starts, watches and stops every rank (shrinks with the ScanPlan contract: issue 21)
+def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=None):  # noqa: C901
     """Start one capture child per rank (rank 0 captured into the run folder); return a ChildOutcome.
 
     Any rank that raises, exits non-zero or is killed stops the others (SIGINT, then
     SIGKILL); ``timeout`` stops all (SIGTERM).  Every rank runs in its own process
     group, and every group is killed before returning, whatever happened.
     """
-    from opscope.capture.runner import ChildOutcome, _count_lines, _relay_stderr, _signal_group
     plan = config["distributed"]
     world, captured = plan["world_size"], set(plan["ranks"])
     out_dir = Path(config["out_dir"])
@@ -331,7 +333,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
             proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
             procs[rank] = proc
-            relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, RunFolder(out_dir).capture_dir), daemon=True)
+            relay = threading.Thread(target=relay_stderr, args=(proc.stderr, RunFolder(out_dir).capture_dir), daemon=True)
             relay.start()
             relays.append(relay)
         stopping = False
@@ -342,7 +344,7 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
                     outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
                     stopping = stopping or failed(outcomes[rank]) or outcomes[rank].get("kind") == "killed"
             if progress is not None:
-                progress(_count_lines(RunFolder(out_dir).steps_log))
+                progress(count_lines(RunFolder(out_dir).steps_log))
             if timeout and not timed_out and time.monotonic() - started > timeout:
                 timed_out = True
                 _stop_all(procs, signal.SIGTERM)
@@ -362,13 +364,13 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         raise
     finally:
         for proc in procs.values():  # DataLoader workers and anything else the ranks started
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     for relay in relays:
         relay.join(timeout=5)
     if progress is not None:
-        progress(_count_lines(RunFolder(out_dir).steps_log))
+        progress(count_lines(RunFolder(out_dir).steps_log))
     for rank, proc in procs.items():
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
             outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
@@ -438,20 +440,18 @@ def _stop_peers(procs: dict, out_dir: Path, captured: set) -> None:
     for rank, proc in procs.items():
         ending = RunFolder(rank_dir(out_dir, rank, rank in captured)).outcome_path.exists()
         if proc.poll() is None and not ending:
-            from opscope.capture.runner import _signal_group
-            _signal_group(proc, signal.SIGINT)
+            signal_group(proc, signal.SIGINT)
     _stop_all(procs, None)
 
 
 def _stop_all(procs: dict, sig) -> None:
-    from opscope.capture.runner import _signal_group
     for proc in procs.values():
         if proc.poll() is None and sig is not None:
-            _signal_group(proc, sig)
+            signal_group(proc, sig)
     deadline = time.monotonic() + GRACE_SECONDS
     for proc in procs.values():
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
             proc.wait()

@@ -42,7 +42,8 @@ def _phase_from(name: str) -> str | None:
     return None
 
 
-def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
+# above complexity 15: per-event dispatch over every kind of profiler event
+def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:  # noqa: C901
     """Build OpCalls for one step.
 
     ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids,

@@ -201,8 +201,7 @@ class FakeRun(TorchDispatchMode):
         torch.utils.swap_tensors = swap_tensors
         self._undo.append(lambda: setattr(torch.utils, "swap_tensors", swap))
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-        from torch.optim.optimizer import (Optimizer, register_optimizer_step_post_hook,
-                                           register_optimizer_step_pre_hook)
+        from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         handles = [register_module_forward_pre_hook(self._forward_pre), register_module_forward_hook(self._forward_post),
                    register_optimizer_step_pre_hook(self._optimizer_pre),
                    register_optimizer_step_post_hook(self._optimizer_post)]

@@ -35,7 +35,7 @@ def describe_callable(fn, user_code) -> dict | None:
             break
         target = fn = inner
     is_function = hasattr(target, "__code__")
-    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
+    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004 - reads its __code__
     name = getattr(target, "__qualname__", None) if is_function else type(target).__qualname__
     module = getattr(target, "__module__", None) if is_function else type(target).__module__
     if (module or "").startswith("torch.utils.data"):

@@ -20,6 +20,7 @@ from types import FrameType
 
 import torch
 
+from opscope.capture.devices import is_cuda
 from opscope.model import Finding
 
 
@@ -139,14 +140,6 @@ class RuntimeFindings:
         return list(self.items.values())
 
 
-def _is_cuda(dev) -> bool:
-    if isinstance(dev, torch.device):
-        return dev.type == "cuda"
-    if isinstance(dev, str):
-        return dev.split(":")[0] == "cuda"
-    return isinstance(dev, int) and not isinstance(dev, bool)   # .to(rank), device=local_rank: cuda:N
-
-
 class _FakeEvent:
     """CPU stand-in for torch.cuda.Event: records wall time so elapsed_time works."""
 
@@ -261,11 +254,11 @@ class CudaRemapper:
             self.findings.record("cuda-call", "Tensor.cuda()", depth=3)
             return args, kwargs, True, args[0]
         dev = kwargs.get("device")
-        if dev is not None and _is_cuda(dev):
+        if dev is not None and is_cuda(dev):
             self.moved = True
             kwargs = dict(kwargs, device="cpu")
             self.findings.record("cuda-device", f"{name}(device='cuda')", depth=3)
-        if name == "to" and len(args) > 1 and _is_cuda(args[1]):
+        if name == "to" and len(args) > 1 and is_cuda(args[1]):
             self.moved = True
             args = (args[0], "cpu") + tuple(args[2:])
             self.findings.record("cuda-device", ".to('cuda')", depth=3)
@@ -401,9 +394,9 @@ class CudaRemapper:
             return this
 
         def to_(this, *args, **kwargs):
-            if any(_is_cuda(a) for a in args) or _is_cuda(kwargs.get("device")):
+            if any(is_cuda(a) for a in args) or is_cuda(kwargs.get("device")):
                 rec("cuda-device", "Module.to('cuda')")
-                args = tuple(f"cuda:{a}" if _is_cuda(a) and isinstance(a, int) else a for a in args)
+                args = tuple(f"cuda:{a}" if is_cuda(a) and isinstance(a, int) else a for a in args)
                 if isinstance(kwargs.get("device"), int):
                     kwargs = dict(kwargs, device=f"cuda:{kwargs['device']}")
                 out = orig_to(this, *args, **kwargs)
@@ -493,7 +486,7 @@ class CudaRemapper:
         self._patch(DataLoader, "__init__", init)
 
     def _install_distributed(self, rec):
-        from opscope.capture.ranks import install_remap
+        from opscope.capture.remap_dist import install_remap
         install_remap(self, rec)
 
     def _install_load(self, rec):
@@ -502,7 +495,7 @@ class CudaRemapper:
         @functools.wraps(orig)
         def load(*args, **kwargs):
             loc = kwargs.get("map_location")
-            if loc is None or _is_cuda(loc):
+            if loc is None or is_cuda(loc):
                 if loc is not None:
                     rec("cuda-load", "torch.load(map_location='cuda')")
                 kwargs["map_location"] = "cpu"

@@ -10,6 +10,7 @@ Torch-free: the parent (``runner``, ``distributed``, the commands) and the child
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from opscope.atomic import AppendLog, write_atomic
 from opscope.errors import UserError
+from opscope.model import OpCall
 
 CAPTURE = "capture"
 TRACES = "traces"
@@ -34,6 +36,8 @@ RESERVE = "space-reserve"                # room kept for outcome.json and scan.j
 SCAN_JSON = "scan.json"
 OPERATORS_CSV = "operators.csv"
 LOCK = ".opscope.lock"
+# the columns of each OpCall row in steps.jsonl (written by the session, read by the store)
+CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 
 # what one capture writes under capture/ (cleared before a capture starts, by every launcher)
 NOISE = "noise.json"           # profiler lines and opscope warnings kept off the terminal (capture/noise.py)
@@ -320,7 +324,7 @@ class FolderLock:
         os.close(self.fd)
         self.fd = -1
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -11,24 +11,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from opscope.capture.processes import ChildOutcome, count_lines, relay_stderr, signal_group
 from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 GRACE_SECONDS = 10.0
-
-
-@dataclass
-class ChildOutcome:
-    kind: str                 # finished | steps-reached | exception | exit | killed | timeout | write-error
-    code: int | None = None
-    message: str = ""
-    where: str | None = None
-    steps: int = 0
-    returncode: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def resolve_device(requested: str) -> str:
@@ -62,7 +51,8 @@ def _npu_available() -> bool:
         return False
 
 
-def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",
+# above complexity 15: the parent side of the scan (shrinks with the ScanPlan contract: issue 21)
+def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",  # noqa: C901
                timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
                step_marker: str = "auto", export_traces: bool = True, progress=None,
                analyse: bool = False, settings: dict | None = None, target: str | None = None,
@@ -105,7 +95,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
     proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
                             stderr=subprocess.PIPE)
-    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
+    relay = threading.Thread(target=relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
     relay.start()
     started = time.monotonic()
     timed_out = False
@@ -123,7 +113,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
             except subprocess.TimeoutExpired:
                 pass
             if progress is not None:
-                progress(_count_lines(steps_file))
+                progress(count_lines(steps_file))
             if timeout and time.monotonic() - started > timeout and not timed_out:
                 timed_out = True
                 _stop_child(proc, signal.SIGTERM)   # the child ends the step and writes what it has
@@ -144,7 +134,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     finally:
         restore()
         # the script's own children (DataLoader workers, spawned ranks) go with it
-        _signal_group(proc, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         if proc.poll() is None:
             proc.wait()
     relay.join(timeout=5)
@@ -166,26 +156,8 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         outcome.message = (f"the script and its processes used {over_memory:,.0f} MB, more than --max-memory "
                            f"{limit_mb:,.0f} MB")
     if progress is not None:
-        progress(_count_lines(steps_file))
+        progress(count_lines(steps_file))
     return outcome
-
-
-def _relay_stderr(stream, capture_dir=None) -> None:
-    """Pass the script's stderr through, minus the profiler's own lines: counted, with the first
-    of each kind, into ``capture_dir/noise.json`` (opscope.capture.noise) for scan.json's notes."""
-    from opscope.capture.noise import Noise
-    noise = Noise(capture_dir)
-    out = getattr(sys.stderr, "buffer", None)
-    for line in iter(stream.readline, b""):
-        if noise.profiler_line(line):
-            continue
-        if out is not None:
-            out.write(line)
-            out.flush()
-        else:  # pragma: no cover - stderr replaced by a text stream (tests)
-            sys.stderr.write(line.decode(errors="replace"))
-    stream.close()
-    noise.save()
 
 
 class _Terminated(Exception):
@@ -246,27 +218,12 @@ def _stop_child(proc, sig, capture_dir: Path | None = None, reason: str | None =
             RunFolder(capture_dir.parent).write_capture_text(STOP_REASON, reason)
         except OSError:
             pass
-    _signal_group(proc, sig)
+    signal_group(proc, sig)
     try:
         proc.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         proc.wait()
-
-
-def _signal_group(proc, sig) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return sum(1 for _ in fh)
-    except OSError:
-        return 0
 
 
 def _read_outcome(capture_dir: Path, returncode: int | None) -> ChildOutcome:

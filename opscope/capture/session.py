@@ -8,7 +8,6 @@ or is killed loses nothing that was already captured.  Used by the child process
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -21,12 +20,11 @@ import torch
 
 from opscope.atomic import write_atomic, write_in_place
 from opscope.capture.events import calls_from_kineto, compact_calls
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
+from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.model import OpCall, loader_key
+from opscope.model import loader_key
 
-_CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
 CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step
@@ -227,7 +225,7 @@ class CaptureSession:
             "trace": os.path.relpath(trace, self.out_dir) if trace else None,
             "side": self.tracker.reset_step(),
             "unrecorded": self._take_unrecorded(),
-            "calls": [[getattr(c, f) for f in _CALL_FIELDS] for c in calls],
+            "calls": [[getattr(c, f) for f in CALL_FIELDS] for c in calls],
         }
         try:
             self._steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
@@ -285,7 +283,7 @@ class CaptureSession:
 
     def write_findings(self) -> None:
         findings = [f.to_dict() for f in self.findings.list()] if self.findings else []
-        data = {"columns": _CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
+        data = {"columns": CALL_FIELDS, "findings": findings, "sources": len(self.table.entries),
                 "dataloaders": self.dataloaders, "precision": self.findings.precision if self.findings else None}
         try:
             write_atomic(self.capture_dir / RUNTIME, json.dumps(data))
@@ -298,11 +296,10 @@ class CaptureSession:
             self.write_error = (str(path), disk_error_text(exc))
 
     # -- step markers ----------------------------------------------------------------
-    def _install_step_hooks(self) -> None:
-        from torch.optim.optimizer import (Optimizer, register_optimizer_step_post_hook,
-                                           register_optimizer_step_pre_hook)
-        from torch.nn.modules.module import (register_module_forward_hook,
-                                             register_module_forward_pre_hook)
+    # above complexity 15: one hook closure per step marker (forward, backward, optimizer)
+    def _install_step_hooks(self) -> None:  # noqa: C901
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         session = self
         orig_opt_init = Optimizer.__init__
 
@@ -405,7 +402,7 @@ class CaptureSession:
         try:
             from torch.amp import grad_scaler
         except ImportError:  # pragma: no cover - torch < 2.3
-            from torch.cuda.amp import grad_scaler   # type: ignore[no-redef]
+            from torch.cuda.amp import grad_scaler  # type: ignore[no-redef]
         GradScaler = grad_scaler.GradScaler
         for name in ("unscale_", "step", "update"):
             original = GradScaler.__dict__.get(name)

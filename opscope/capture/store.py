@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opscope.capture.run_folder import RUNTIME, STEPS_LOG, RunFolder
-from opscope.model import Finding, OpCall, PHASES, Step
+from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder
+from opscope.model import PHASES, Finding, OpCall, Step
 
 
 def load_capture(out_dir: Path):
@@ -19,8 +19,7 @@ def load_capture(out_dir: Path):
         runtime = json.loads(folder.capture_file(RUNTIME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
-    from opscope.capture.session import _CALL_FIELDS
-    columns = runtime.get("columns", _CALL_FIELDS)
+    columns = runtime.get("columns", CALL_FIELDS)
     records: list[dict] = []
     notes: list[str] = []
     path = folder.steps_log
@@ -29,7 +28,7 @@ def load_capture(out_dir: Path):
             for number, line in enumerate(fh, start=1):
                 try:
                     record = json.loads(line)
-                    record["op_calls"] = [OpCall(**dict(zip(columns, row))) for row in record.pop("calls")]
+                    record["op_calls"] = [OpCall(**dict(zip(columns, row, strict=False))) for row in record.pop("calls")]
                     int(record["step"]), float(record["duration_us"])
                 except (ValueError, TypeError, KeyError, AttributeError):
                     # cut by a kill or power loss mid-write: keep the complete steps before it

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opscope.commands._common import add_out
 from opscope.commands._args import non_empty
+from opscope.commands._common import add_out
 from opscope.errors import EXIT_USAGE, UserError
 from opscope.report.registry import add_format_option
 

@@ -6,8 +6,8 @@ import datetime as _dt
 import time
 from pathlib import Path
 
-from opscope.commands._common import add_device, add_out
 from opscope.commands._args import finite_float, non_empty, positive_float
+from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, EXIT_WRITE_FAILED, UserError
 from opscope.report.registry import add_format_option
 
@@ -93,7 +93,8 @@ def _check_compiles(script: Path) -> None:
         raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
 
 
-def run(args: argparse.Namespace) -> int:
+# above complexity 15: CLI command: option checks (each a one-line exit-2 error), then the scan
+def run(args: argparse.Namespace) -> int:  # noqa: C901
     from rich.console import Console
     console = Console(stderr=True)
     if args.script is None:
@@ -172,11 +173,12 @@ def run(args: argparse.Namespace) -> int:
         held.release()
 
 
-def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict,
+# above complexity 15: CLI command: one branch per scan mode and outcome
+def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict,  # noqa: C901
           env: dict | None = None, device: str = "auto", mode: str = "real") -> int:
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
     if not args.quiet:
@@ -260,6 +262,7 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
     """The one line for a run folder that filled up (or failed) mid-scan: what failed, what was kept."""
     import errno
     import os
+
     from opscope.capture.run_folder import RunFolder, folder_bytes, free_bytes, write_error_text
     prefix, _, written = (outcome.message or "").rpartition(" writing ")
     path = path or (written if exc is None and prefix else None)
@@ -355,6 +358,7 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         write_sarif(findings, out / "findings.sarif")
     if not quiet:
         from rich.console import Console
+
         from opscope.report.findings_table import print_findings
         console = Console()
         print_findings(findings, console)

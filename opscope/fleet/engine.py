@@ -32,7 +32,7 @@ KEEP_FROM_REMOTE = ("scan.json", "operators.csv", "report.html", "report.xlsx", 
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 LOCK_WAIT_S = 120.0   # how long a retried job waits for its previous attempt to let go of the folder

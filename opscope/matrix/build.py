@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from opscope.errors import UserError
+from opscope.matrix.versions import version_key
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NATIVE_YAML = "torch_npu/csrc/aten/npu_native_functions.yaml"
@@ -136,15 +137,6 @@ def render_version_file(version: str, lines: list[str], torch: str | None = None
             "# kind name origin:section[,...]",
             f"version {version}"] + ([f"torch {torch}"] if torch else [])
     return "\n".join(head + lines) + "\n"
-
-
-def version_key(version: str):
-    """Order of torch_npu/torch versions: 2.8.0 < 2.8.0.post2 < 2.8.0.post5 < 2.9.0."""
-    from packaging.version import InvalidVersion, Version
-    try:
-        return Version(version)
-    except InvalidVersion:
-        raise UserError(f"not a version: {version!r}") from None
 
 
 def render_release_diffs(line: str, base: str, base_lines: list[str], others: dict) -> str:
@@ -347,10 +339,6 @@ def build_wheels(wheels: list, out_dir: Path) -> tuple[list[Path], set]:
         releases.update(new)
         written += write_line(out_dir, line, releases)
     return written, torches
-
-
-def build_wheel(wheel: Path, out_dir: Path) -> Path:
-    return build_wheels([wheel], out_dir)[0][0]
 
 
 def download_wheel(version: str, dest: Path) -> Path:

@@ -14,8 +14,8 @@ A name is never enough: every verdict names the lists checked and the dispatch k
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from opscope.matrix.store import SupportMatrix, plugin_lines_of
 from opscope.matrix.torch_schema import OverloadInfo, TorchSchema
@@ -243,7 +243,7 @@ class Judge:
 
     def _first_supported_after(self, key: str) -> str | None:
         """The first exact release after this one that registers ``key`` (a post-release counts)."""
-        from opscope.matrix.build import version_key
+        from opscope.matrix.versions import version_key
         mine = version_key(self.release.version)
         for version in self.matrix.versions:
             if version_key(version) > mine and key in self.matrix.exact[version].aten:

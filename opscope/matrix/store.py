@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from opscope.errors import UserError
-from opscope.matrix.build import line_key, read_line_releases, release_line, version_key
+from opscope.matrix.build import line_key, read_line_releases, release_line
+from opscope.matrix.versions import version_key
 from opscope.resources import support_matrix_dir
 
 _ATEN_SECTIONS = ("official", "autograd", "symint", "quant")

@@ -16,12 +16,12 @@ installed torch's yaml, and the evidence says so.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
 import re
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from pathlib import Path
 
 import yaml
@@ -183,7 +183,7 @@ def read_facts(path: Path) -> dict:
 
 
 def render_facts(facts: dict) -> str:
-    from opscope.matrix.build import version_key
+    from opscope.matrix.versions import version_key
     order = sorted(facts, key=version_key, reverse=True)
     base_version = order[0]
     base = {l.split()[1]: l for l in facts[base_version]}
@@ -257,7 +257,7 @@ def build_torch_schema(out_dir: Path, versions, download_dir: Path, torch_wheels
     return [path]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _committed_facts(directory: str) -> dict:
     return read_facts(Path(directory) / "versions" / FACTS_FILE)
 

@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 
 from opscope.model import Profile
-from opscope.parsers.chrome_trace import valid_rank
 from opscope.parsers.base import FormatError
+from opscope.parsers.chrome_trace import valid_rank
 from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
 
@@ -84,7 +84,7 @@ def _breakdown_row(header: list[str], cells: list[str]) -> dict | None:
     if len(cells) != len(header) or not header:
         return None
     row: dict = {header[0]: cells[0].strip()[:64]}
-    for key, cell in zip(header[1:], cells[1:]):
+    for key, cell in zip(header[1:], cells[1:], strict=False):
         try:
             value = float(cell) if len(cell) < 64 else math.inf
         except ValueError:

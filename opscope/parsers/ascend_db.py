@@ -54,7 +54,8 @@ def db_events(db_path):
         con.close()
 
 
-def _events(con):
+# above complexity 15: one branch per msprof database table (one event builder: issue 21)
+def _events(con):  # noqa: C901
     strings = dict(con.execute("SELECT id, value FROM STRING_IDS"))
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     api_types = dict(con.execute("SELECT id, name FROM ENUM_API_TYPE")) if "ENUM_API_TYPE" in tables else {}
@@ -204,7 +205,7 @@ def step_breakdown_db(folder: Path) -> list[dict]:
             return []
         cols = ["Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free",
                 "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
-        return [dict(zip(cols, (r[0],) + tuple(float(x or 0) for x in r[1:])))
+        return [dict(zip(cols, (r[0],) + tuple(float(x or 0) for x in r[1:]), strict=False))
                 for r in con.execute("SELECT step, computing, communication_not_overlapped, overlapped, communication, "
                                      "free, stage, bubble, communication_not_overlapped_and_exclude_receive, "
                                      "preparing FROM StepTraceTime")]

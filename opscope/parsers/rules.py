@@ -9,7 +9,6 @@ import fnmatch
 import re
 from functools import lru_cache
 
-
 RULES_FILE = "diff_rules.yaml"
 
 
@@ -21,7 +20,7 @@ def _matcher(patterns):
 
 
 @lru_cache(maxsize=1)
-def rules() -> "CompiledRules":
+def rules() -> CompiledRules:
     from opscope.knowledge import load
 
     return CompiledRules(load(RULES_FILE))

@@ -16,8 +16,8 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from opscope.parsers.base import FormatError
 
@@ -36,7 +36,7 @@ def _open_text(path: Path):
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, "r", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
 
 
 class TraceReader:

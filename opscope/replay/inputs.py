@@ -108,7 +108,7 @@ def resolve_schema(name: str, overload: str | None, dtypes: list, scalars: list)
                     return schema
         raise NotReplayable(f"{name}.{overload or 'default'}: no such overload in this torch")
     fits = [s for s in schemas if len(s.arguments) == len(dtypes)
-            and all(_accepts(a, k, v) for a, k, v in zip(s.arguments, dtypes, _pad(scalars, len(dtypes))))]
+            and all(_accepts(a, k, v) for a, k, v in zip(s.arguments, dtypes, _pad(scalars, len(dtypes)), strict=False))]
     fits.sort(key=_is_out_variant)  # the functional overload first; out= variants when only they fit
     if not fits:
         if any("List[Optional[Tensor]]" in _type_text(a) or "List[Tensor]" in _type_text(a)
@@ -292,13 +292,14 @@ def _eval_high(expr: str, shapes: list, scalars: list) -> int:
 
 
 def _default_int_high(shapes: list, dtypes: list, index: int, standards: dict) -> int:
-    dims = [int(d) for i, (s, k) in enumerate(zip(shapes, dtypes))
+    dims = [int(d) for i, (s, k) in enumerate(zip(shapes, dtypes, strict=False))
             if i != index and is_tensor_kind(k) for d in (s or []) if int(d) > 0]
     fallback = (standards.get("inputs") or {}).get("default_int_high", 8)
     return max(1, min(dims)) if dims else fallback
 
 
-def build_call(op, source=None, standards: dict | None = None, max_elements: int | None = None) -> Call:
+# above complexity 15: one branch per argument kind of an ATen schema
+def build_call(op, source=None, standards: dict | None = None, max_elements: int | None = None) -> Call:  # noqa: C901
     """Turn a captured signature (an ``Operator`` or anything with its fields) into a Call.
 
     Raises NotReplayable with the reason when it cannot or should not be replayed.
@@ -325,7 +326,7 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
     nonzero_ops = set(inputs.get("nonzero") or [])
     positive_args = set(inputs.get("positive_args") or [])
     key = signature_key(name, op.overload, op.input_shapes, op.dtypes)
-    total = sum(_numel(s) for s, k in zip(shapes, dtypes) if is_tensor_kind(k))
+    total = sum(_numel(s) for s, k in zip(shapes, dtypes, strict=False) if is_tensor_kind(k))
     if max_elements and total > max_elements:
         raise NotReplayable(f"inputs have {total:,} elements, over --max-elements {max_elements:,} "
                             "(the float64 CPU oracle needs 8 bytes each)")

@@ -20,8 +20,16 @@ import traceback
 from dataclasses import dataclass, field
 
 from opscope.errors import UserError
-from opscope.replay.inputs import (SCALAR_TYPE_ARGS, DumpedTensors, NotReplayable, SyntheticTensors,
-                                   build_call, load_standards, short_name)
+from opscope.replay.inputs import (
+    SCALAR_TYPE_ARGS,
+    DumpedTensors,
+    NotReplayable,
+    SyntheticTensors,
+    build_call,
+    load_standards,
+    short_name,
+)
+from opscope.replay.outputs import flatten_outputs
 
 FLOAT_CODES = {5, 6, 7, 15}   # c10 ScalarType: Half, Float, Double, BFloat16
 DOUBLE_CODE = 7
@@ -105,21 +113,6 @@ def cpu_copy(call):
     return _map(call.args, lambda t: t.clone()), {k: _map(v, lambda t: t.clone()) for k, v in call.kwargs.items()}
 
 
-def flatten_outputs(value) -> list:
-    """Tensors of an op's result in order (nested tuples/lists flattened; None kept)."""
-    import torch
-    if isinstance(value, (list, tuple)):
-        out = []
-        for v in value:
-            out.extend(flatten_outputs(v))
-        return out
-    if isinstance(value, torch.Tensor) or value is None:
-        return [value]
-    if isinstance(value, (bool, int, float)):
-        return [torch.tensor(value)]
-    return [None]
-
-
 def run_on_device(call, device):
     """Run the call on ``device`` and bring the outputs back to the CPU.  (Tests perturb this.)"""
     args, kwargs = to_device(call, device)
@@ -175,20 +168,14 @@ def _cpu_refusal(op, exc) -> str:
     return f"inputs not accepted by the CPU op either ({_one_line(exc)})"
 
 
-def msprobe_outcome(outcome: str, standards: dict) -> str | None:
-    """opscope's pass/warn/fail as msprobe names it (verify_standards.yaml ``outcomes``)."""
-    names = {v: k for k, v in (standards.get("outcomes") or {}).items() if k != "source"}
-    return names.get(outcome)
-
-
 CPU_SELF = ("on --device cpu the device and the reference are the same CPU computation: nothing to compare "
             "(run verify on npu/cuda to judge device numerics)")
 
 
 def _measure_cpu(result, reference: list, oracle: list | None, standards: dict):
     """--device cpu: the CPU kernel in the captured dtype against float64, measured, never judged."""
-    from opscope.analysis.verify import _accuracy_reached, error_stats, measure_tensor, dtype_thresholds
-    pairs = [(r, o) for r, o in zip(reference, oracle or []) if r is not None and o is not None
+    from opscope.analysis.verify import _accuracy_reached, dtype_thresholds, error_stats, measure_tensor
+    pairs = [(r, o) for r, o in zip(reference, oracle or [], strict=False) if r is not None and o is not None
              and r.dtype.is_floating_point and tuple(r.shape) == tuple(o.shape)]
     if not pairs:
         result.outcome, result.message = "skipped", CPU_SELF + ("; no float64 oracle for this op" if oracle is None
@@ -211,7 +198,8 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
                      max_elements: int | None = None) -> SignatureResult:
     """Replay one captured signature on ``device`` and judge it against the CPU."""
     import torch
-    from opscope.analysis.verify import judge_outputs, prediction_disagreement
+
+    from opscope.analysis.verify import judge_outputs, msprobe_outcome, prediction_disagreement
     standards = standards or load_standards()
     started = time.perf_counter()
     result = SignatureResult(op=op.name, overload=op.overload, input_shapes=op.input_shapes, dtypes=op.dtypes,
@@ -271,7 +259,7 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
     dumped = DumpedTensors(run_dir, synthetic) if run_dir else None
     source = dumped if dumped is not None and dumped.available() else synthetic
     chosen = [op for op in operators if not only or any(s in op.name for s in only)]
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     clock = time.perf_counter()
     results = []
     for i, op in enumerate(chosen, 1):

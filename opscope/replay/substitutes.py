@@ -56,7 +56,7 @@ def _unchecked(op, option: dict) -> dict:
 
 def _named(call) -> dict:
     names = [a.name for a in call.schema.arguments]
-    values = dict(zip(names, call.args))
+    values = dict(zip(names, call.args, strict=False))
     values.update(call.kwargs)
     return values
 
@@ -64,7 +64,8 @@ def _named(call) -> dict:
 def _run(fn, named: dict, grad_names: list, grad_seed: int, dtype_of=None):
     """Forward outputs and gradients of ``fn(**named)`` w.r.t. ``grad_names`` (CPU results)."""
     import torch
-    from opscope.replay.run import flatten_outputs
+
+    from opscope.replay.outputs import flatten_outputs
     leaves = {}
     for name in grad_names:
         value = named.get(name)
@@ -98,6 +99,7 @@ def verify_substitute(op, option: dict, check: dict, device, source=None, standa
     """Replay one signature's substitute against the original; returns the result row."""
     import torch
     import torch.nn.functional as F
+
     from opscope.analysis.verify import judge_outputs
     standards = standards or load_standards()
     started = time.perf_counter()
@@ -135,7 +137,7 @@ def verify_substitute(op, option: dict, check: dict, device, source=None, standa
         parts = [("forward", forward)] + ([("backward", backward)] if backward else [])
         rank = {"pass": 0, "warn": 1, "fail": 2}
         row["outcome"] = max((j["outcome"] for _, j in parts), key=lambda o: rank.get(o, 3))
-        from opscope.replay.run import msprobe_outcome
+        from opscope.analysis.verify import msprobe_outcome
         row["msprobe"] = msprobe_outcome(row["outcome"], standards)
         errs = ", ".join(f"{name} max rel err {j['metrics'].get('max_rel_err', 0):.3g}" for name, j in parts
                          if j["metrics"].get("max_rel_err") is not None)

@@ -64,7 +64,7 @@ def time_by_phase(result: ScanResult) -> str | None:
         values = [table[p].get(verdict, 0.0) for p in phases]
         if any(values):
             ax.barh(phases, values, left=left, color=VERDICT_COLOURS[verdict], label=verdict)
-            left = [a + b for a, b in zip(left, values)]
+            left = [a + b for a, b in zip(left, values, strict=True)]
     for y, value in enumerate(left):
         ax.text(value, y, f" {value:.1f}%", va="center", fontsize=8)
     ax.set_xlabel("% of operator time")

@@ -25,7 +25,8 @@ def _table(title, columns) -> Table:
     return table
 
 
-def print_diff(result, console: Console | None = None, top: int = 15) -> None:
+# above complexity 15: one block per section of the printed diff
+def print_diff(result, console: Console | None = None, top: int = 15) -> None:  # noqa: C901
     if console is None:   # logs and CI are not terminals: wide enough that operator names stay whole
         console = Console() if sys.stdout.isatty() else Console(width=160)
     a, b = result.a, result.b

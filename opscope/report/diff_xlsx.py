@@ -21,7 +21,7 @@ def _sheet(wb, title, headers, rows):
     ws.freeze_panes = "A2"
     if ws.max_row > 1:
         ws.auto_filter.ref = ws.dimensions
-    for i, h in enumerate(headers, start=1):
+    for i, _header in enumerate(headers, start=1):
         width = max([len(str(ws.cell(row=1, column=i).value or ""))]
                     + [len(str(c.value or "")) for c in ws[get_column_letter(i)][1:200]])
         ws.column_dimensions[get_column_letter(i)].width = min(max(width + 2, 8), 60)

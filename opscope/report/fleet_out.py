@@ -5,7 +5,6 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from opscope.errors import UserError
 from opscope.resources import templates_dir
 
 TEMPLATE = "fleet.html.j2"
@@ -17,20 +16,6 @@ def write_fleet_json(doc: dict, path: Path) -> Path:
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
     tmp.replace(path)
     return path
-
-
-def read_fleet_json(path: Path) -> dict:
-    from opscope.analysis.fleet import FLEET_SCHEMA
-
-    path = Path(path)
-    path = path / "fleet.json" if path.is_dir() else path
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    if not isinstance(doc, dict) or str(doc.get("schema", "")).split("/")[0] != FLEET_SCHEMA.split("/")[0]:
-        raise UserError(f"{path} is not an opscope fleet result (schema {doc.get('schema')!r})")
-    return doc
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +48,7 @@ def shown_lines(doc: dict) -> list[str]:
                 tuple((o["op"], o["per_line"][line]["blocks"]) for o in doc["operators"]))
 
     shown = [lines[0]] if lines else []
-    for prev, line in zip(lines, lines[1:]):
+    for prev, line in zip(lines, lines[1:], strict=False):
         if state(line) != state(prev) or line == lines[-1]:
             shown.append(line)
     return shown
@@ -124,3 +109,7 @@ def write_fleet_xlsx(doc: dict, path: Path) -> Path:
     path = Path(path)
     wb.save(path)
     return path
+
+
+# The fleet reports ``opscope fleet --format`` chooses from (fleet.json is always written): name -> (file, writer).
+FLEET_REPORTS = {"html": ("fleet.html", write_fleet_html), "xlsx": ("fleet.xlsx", write_fleet_xlsx)}

@@ -60,7 +60,7 @@ def _asset(name: str):
     return Markup((templates_dir() / name).read_text(encoding="utf-8"))
 
 
-def script_safe_json(data) -> "Markup":
+def script_safe_json(data) -> Markup:
     """JSON that can sit inside <script>: no character of it can end the element."""
     from markupsafe import Markup
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))

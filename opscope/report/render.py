@@ -11,16 +11,9 @@ from pathlib import Path
 from opscope.model import ScanResult
 from opscope.report import registry
 
-# The files ``rerender`` refreshes when a command changes scan.json.
-REPORT_FILES = ("html", "xlsx", "md", "sarif")
-
-
-def __getattr__(name):  # FORMATS / FILE_NAMES stay available, computed from the registry
-    if name == "FORMATS":
-        return tuple(registry.reporters("scan"))
-    if name == "FILE_NAMES":
-        return {n: r.file_name for n, r in registry.reporters("scan").items()}
-    raise AttributeError(name)
+# The format that writes scan.json itself: a command that changed scan.json has written it already,
+# so ``rerender`` refreshes every other registered scan format found in the folder.
+SOURCE_FORMAT = "json"
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -46,7 +39,8 @@ def existing_reports(run_dir: Path) -> tuple[str, ...]:
     """The report formats already present in a run folder (what a re-render must refresh)."""
     run_dir = Path(run_dir)
     known = registry.reporters("scan")
-    return tuple(name for name in REPORT_FILES if name in known and (run_dir / known[name].file_name).exists())
+    return tuple(name for name, reporter in known.items()
+                 if name != SOURCE_FORMAT and (run_dir / reporter.file_name).exists())
 
 
 def rerender(result: ScanResult, run_dir: Path) -> list[Path]:

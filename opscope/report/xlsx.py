@@ -213,7 +213,8 @@ def build_workbook(result: ScanResult):
            sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
            verdict_col=1, fills=view.VERDICT_FILLS)
     if result.memory_fit:   # peak memory per step and the NPU cards it needs
-        from opscope.analysis.memory_fit import GIB, one_line, rows as fit_rows
+        from opscope.analysis.memory_fit import GIB, one_line
+        from opscope.analysis.memory_fit import rows as fit_rows
         fit = result.memory_fit
         table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
         table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
