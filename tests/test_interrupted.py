@@ -367,3 +367,23 @@ def test_a_retry_waits_for_the_attempt_still_holding_the_folder(tmp_path):
     assert run_folder.wait_for_release(tmp_path, 10) is True
     assert 0.4 < time.monotonic() - started < 5
     assert run_folder.wait_for_release(tmp_path / "never-scanned", 0) is True
+
+
+def test_a_second_scans_write_probe_in_the_same_moment_is_not_a_missing_folder(tmp_path, monkeypatch):
+    """Two scans started together both probe --out before either takes the lock: the second one's
+    probe, written and removed between this scan's write and unlink, must not fail this one
+    ("cannot write to --out ...: No such file or directory" instead of the lock's own message)."""
+    from opscope.commands import scan as scan_cmd
+    out = tmp_path / "same"
+    write_text, nested = Path.write_text, []
+
+    def write_then_other_scan_probes(self, *args, **kwargs):
+        result = write_text(self, *args, **kwargs)
+        if self.name.startswith(".opscope-write-test") and not nested:
+            nested.append(self)
+            scan_cmd._check_out(out)     # the other scan's whole probe, in between
+        return result
+
+    monkeypatch.setattr(Path, "write_text", write_then_other_scan_probes)
+    scan_cmd._check_out(out)
+    assert nested and not any(out.iterdir())

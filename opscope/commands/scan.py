@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import time
 from pathlib import Path
 
@@ -71,9 +72,11 @@ def register(sub) -> None:
 def _check_out(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".opscope-write-test"
+        # a name of this process's own: a second scan started into the same folder at the same moment
+        # probes too, and must reach the lock's "being written by another scan", not a missing probe
+        probe = out / f".opscope-write-test.{os.getpid()}"
         probe.write_text("ok")
-        probe.unlink()
+        probe.unlink(missing_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
 
