@@ -161,6 +161,25 @@ def test_relay_counts_profiler_lines_and_passes_the_script_lines(tmp_path, monke
     assert len(kept) == 1 and kept[0].startswith("kept off your terminal: 2 x Kineto")  # start/stop: counted, no note
 
 
+def test_a_profiler_line_after_a_progress_bar_is_kept_off_and_the_bar_passes(tmp_path, monkeypatch):
+    """tqdm (HF Trainer, Lightning) redraws with a carriage return and no newline, so the profiler's
+    stop line lands on the bar's line."""
+    import io
+    import sys
+
+    from opscope.capture.processes import relay_stderr
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", type("S", (), {"buffer": out})())
+    bar = "\r 20%|██        | 1/5 [00:00<00:01,  3.61it/s]".encode()
+    stop = b"USDT:2026-11-25 18:12:04 22543:22543 SyncActivityProfilerHandler.cpp:59] profiler_stop\n"
+    relay_stderr(io.BytesIO(bar + stop + b"[rank0]:" + stop + b"step 3 done\n"), tmp_path)
+    assert out.getvalue() == bar + b"step 3 done\n"
+    out.truncate(0), out.seek(0)
+    quoted = b"my log quotes USDT:2026-11-25 18:12:04 1:1 A.cpp:59] profiler_stop\n"   # no bar: the script's line
+    relay_stderr(io.BytesIO(quoted), tmp_path)
+    assert out.getvalue() == quoted
+
+
 def test_warnings_raised_inside_opscope_go_to_notes_and_the_scripts_pass(tmp_path, monkeypatch):
     import warnings
 

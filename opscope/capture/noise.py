@@ -49,6 +49,17 @@ class Noise:
                 return True
         return False
 
+    def after_progress_bar(self, line: bytes) -> bytes:
+        """``line`` minus a profiler line that follows a progress bar's unfinished line (tqdm redraws
+        with a carriage return and no newline, so the profiler's line lands on the same line): the
+        bar is kept, the profiler's part counted and dropped."""
+        for kind, pattern, note in _patterns():
+            found = pattern.search(line, 1)
+            if found is not None and b"\r" in line[:found.start()]:
+                self.add(kind, line[found.start():].decode(errors="replace").strip(), note)
+                return line[:found.start()]
+        return line
+
     def save(self) -> None:
         """Merge the counts into ``capture/noise.json`` (several relays and the child share it)."""
         if self.capture_dir is None or not self.kinds:

@@ -29,6 +29,7 @@ def relay_stderr(stream, capture_dir=None) -> None:
     for line in iter(stream.readline, b""):
         if noise.profiler_line(line):
             continue
+        line = noise.after_progress_bar(line)
         if out is not None:
             out.write(line)
             out.flush()
