@@ -2,6 +2,7 @@
 many steps it measured, and no report claims "nothing to change" for a run it did not see."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -48,6 +49,11 @@ def test_failed_scan_headlines_say_it_failed_everywhere(tmp_path, script, args, 
     assert headline.startswith("n/a Scan failed") and "/100" not in headline
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert not any(claim in html for claim in CLEAN_CLAIMS)
+    # no step time or FPS priced from a step that never finished; `report` does not price it either
+    assert scan["npu_estimate"] is None and "samples/s" not in terminal
+    assert "NPU time estimate not computed: no training iteration completed" in scan["notes"]
+    again = run_opscope("report", tmp_path, "--format", "json")
+    assert again.returncode == 0 and json.loads((tmp_path / "scan.json").read_text())["npu_estimate"] is None
 
 
 def test_incomplete_scan_says_how_many_steps_it_measured(tmp_path):

@@ -101,6 +101,9 @@ def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: 
     """What will be slow on the NPU (an estimate); a failure is a note, never a failed scan."""
     from opscope.analysis.npu_cost import calibration_factors
     from opscope.analysis.npu_estimate import estimate
+    if not any(s.complete for s in result.steps):   # a partial step would be priced as a whole one
+        result.notes.append("NPU time estimate not computed: no training iteration completed")
+        return
     try:
         factors, source = calibration_factors(calibration, chip)
         result.npu_estimate = estimate(result.operators, result.steps, calls, chip, factors, source)

@@ -46,7 +46,7 @@ def _npu_estimate(result, args) -> None:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
             raise InputError(Path(args.run_dir), f"npu_estimate.basis cannot be priced ({type(exc).__name__})",
                              fix="re-run `opscope scan` to store a fresh estimate") from None
-    elif result.operators and not est:   # a scan.json from before the estimate existed
+    elif result.operators and not est and any(s.complete for s in result.steps):   # a scan.json from before the estimate
         factors, source = calibration_factors(calibration, args.chip)
         try:
             result.npu_estimate = estimate(result.operators, result.steps, None, args.chip, factors, source)
