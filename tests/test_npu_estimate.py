@@ -309,6 +309,24 @@ def test_calibrate_fits_unit_factors_that_later_reports_use(slow_scan, tmp_path)
     assert "scaled by your own profiles" in md and f"cube x{factor:.2f}" in md
 
 
+@needs_shared
+def test_calibrate_fits_each_profile_to_the_chip_it_ran_on(tmp_path):
+    """AlexNet ran on 24 AI cores (910B2), the LLM on 20 (910B3): one call with both writes one entry
+    per chip, each fitted on its own kernels only (as if calibrated alone), whatever the order."""
+    import json
+    llm, alexnet = Path(LLM.format(0)), ALEX
+    alone = {}
+    for chip, profile in (("Ascend910B3", llm), ("Ascend910B2", alexnet)):
+        out = tmp_path / f"{chip}.json"
+        assert run_opscope("calibrate", profile, "-o", out, "-q", cwd=tmp_path).returncode == 0
+        alone[chip] = json.loads(out.read_text())["chips"][chip]
+    for i, order in enumerate(((llm, alexnet), (alexnet, llm))):
+        out = tmp_path / f"both{i}.json"
+        proc = run_opscope("calibrate", *order, "-o", out, "-q", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(out.read_text())["chips"] == alone
+
+
 def test_report_estimates_a_scan_json_written_before_the_estimate_existed(slow_scan, tmp_path):
     import json
     out, _ = slow_scan

@@ -30,15 +30,18 @@ def run(args) -> int:
     paths = [p for profile in args.profiles for p in find_kernel_csvs(Path(profile))]
     if not paths:
         raise UserError(f"no kernel_details.csv under {', '.join(args.profiles)}; pass Ascend profiler exports")
-    chip = args.chip
-    if chip is None:
-        from opscope.analysis.npu_compare import chip_for
-        chip = chip_for(paths[0].parent)
-    fitted = fit_calibration(paths, chip)
-    path = merge_calibration(Path(args.out), fitted)
-    if not args.quiet:
-        for unit, entry in fitted["units"].items():
-            print(f"{fitted['chip']} {unit}: x{entry['factor']:.2f} over {entry['kernels']} kernels "
-                  f"(median |log2| before {entry['median_abs_log2_before']:.2f}, after {entry['median_abs_log2_after']:.2f})")
+    from opscope.analysis.npu_compare import chip_for
+    from opscope.analysis.npu_cost import resolve_chip
+    by_chip: dict[str, list[Path]] = {}   # each profile fits the chip it ran on (its AI core count)
+    for csv_path in paths:
+        by_chip.setdefault(resolve_chip(args.chip or chip_for(csv_path.parent))[0], []).append(csv_path)
+    for chip, chip_paths in by_chip.items():
+        fitted = fit_calibration(chip_paths, chip)
+        path = merge_calibration(Path(args.out), fitted)
+        if not args.quiet:
+            for unit, entry in fitted["units"].items():
+                print(f"{fitted['chip']} {unit}: x{entry['factor']:.2f} over {entry['kernels']} kernels "
+                      f"(median |log2| before {entry['median_abs_log2_before']:.2f}, "
+                      f"after {entry['median_abs_log2_after']:.2f})")
     print(path)
     return 0
