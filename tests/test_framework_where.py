@@ -128,6 +128,15 @@ def test_ddp_bucket_rebuild_is_set_up_and_sampler_shares_are_per_rank(tmp_path):
     assert "DistributedSampler share is 45 samples of 2 ranks' in batches of 10: each rank's last batch will hold 5" in note
 
 
+def test_collator_settings_left_unset_are_not_printed_as_none():
+    from opscope.analysis.dynamic_shapes import _loader_advice
+    from opscope.knowledge import load
+    collate = {"name": "DataCollatorWithPadding", "where": "transformers/data/data_collator.py:225",
+               "settings": {"padding": True, "max_length": None, "pad_to_multiple_of": None}}
+    set_by = _loader_advice("loader-varies", {}, {"collate": collate}, [], "pad", load("dynamic_shapes.yaml"))[0]
+    assert set_by == "DataCollatorWithPadding(padding=True) at transformers/data/data_collator.py:225"
+
+
 def test_scan_json_without_the_new_fields_still_loads_and_renders():
     old = {"script": "train.py", "operators": [{"name": "aten::mm", "source": "train.py:3"}],
            "root_causes": [{"source": "train.py:9", "cause": "input-varies", "kind": "loader-varies"}],

@@ -392,7 +392,8 @@ def _loader_advice(kind: str, meta: dict, info: dict, dims: list, suggestion: st
     spec, set_by = None, None
     if collate.get("name"):
         spec = setters.get(str(collate["name"]).rsplit(".", 1)[-1])
-        settings = ", ".join(f"{k}={v!r}" for k, v in (collate.get("settings") or {}).items())
+        settings = ", ".join(f"{k}={v!r}" for k, v in (collate.get("settings") or {}).items()
+                             if v is not None)   # an unset option (max_length=None) says nothing, and no "None"
         set_by = f"{collate['name']}({settings})" + (f" at {collate['where']}" if collate.get("where") else "")
     for name, at in called:
         if spec is None and name in setters:
