@@ -8,6 +8,7 @@ transformers is installed.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -19,9 +20,23 @@ from opscope.model import ScanResult, where_text
 LIB = SCRIPTS / "vendor" / "site-packages"
 
 
-def scan(tmp_path, script: str, steps: int, *args: str, options=()) -> dict:
-    proc = run_opscope("scan", SCRIPTS / script, "--steps", steps, "--out", tmp_path, "--quiet", "--format", "",
-                       *options, "--", *args)
+def _hf_env() -> dict:
+    """As tests/test_frameworks.py: this index's torchvision is a CUDA build that transformers imports,
+    so the CPU shim goes first on PYTHONPATH (tests/data/scripts/frameworks/tv_shim)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    shim = str(SCRIPTS / "frameworks" / "tv_shim")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
+    return env
+
+
+def scan(tmp_path, script: str, steps: int, *args: str, options=(), env: dict | None = None) -> dict:
+    command = ["scan", SCRIPTS / script, "--steps", steps, "--out", tmp_path, "--quiet", "--format", "", *options,
+               "--", *args]
+    if env is None:
+        proc = run_opscope(*command)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "opscope", *map(str, command)], capture_output=True, text=True,
+                              timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_scan(tmp_path)
 
@@ -152,13 +167,13 @@ def test_scan_json_without_the_new_fields_still_loads_and_renders():
 
 def _hf_trainer_usable() -> bool:
     probe = "import transformers.models.bert.modeling_bert, transformers.trainer"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, env=_hf_env()).returncode == 0
 
 
 @pytest.mark.skipif(not _hf_trainer_usable(), reason="transformers (with accelerate) is not installed/importable")
 @pytest.mark.parametrize("padding", ["longest", "max_length"])
 def test_hf_trainer_padding_collator_is_the_root_cause(tmp_path, padding):
-    result = scan(tmp_path, "hf_trainer_padding.py", 4, "--max-steps", "4", "--padding", padding)
+    result = scan(tmp_path, "hf_trainer_padding.py", 4, "--max-steps", "4", "--padding", padding, env=_hf_env())
     entry = line("hf_trainer_padding.py", "trainer.train()")
     assert result["entry_lines"] == [entry]
     assert any((op["library"] or "").startswith("transformers/models/bert/modeling_bert.py:")
@@ -191,7 +206,7 @@ def test_pad_sequence_in_a_collate_function_is_named(tmp_path):
 def test_hf_trainer_partial_last_batch_is_fixed_with_training_arguments(tmp_path):
     # 100 samples in batches of 8: the 13th holds 4; 2 batches per step, so step 7 reaches it
     result = scan(tmp_path, "hf_trainer_padding.py", 7, "--max-steps", "7", "--samples", "100",
-                  "--padding", "max_length")
+                  "--padding", "max_length", env=_hf_env())
     (rc,) = result["root_causes"]
     assert rc["kind"] == "partial-batch" and rc["varied"] == "batch size (dim 0)"
     assert "TrainingArguments(dataloader_drop_last=True)" in rc["suggestion"]
