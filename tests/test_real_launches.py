@@ -95,6 +95,20 @@ def test_torch_accelerator_is_remapped_and_reported(tmp_path):
     assert any(op["name"] == "aten::addmm" and op["phase"] == "forward" for op in scan_json["operators"])
 
 
+def test_a_signature_the_training_step_runs_is_training_work_however_often_eval_ran_it():
+    """nanoGPT's train.py evaluates (eval_iters batches per split) before its first step, on the
+    training forward's own shapes: those signatures are forward, so the batch and FPS are found."""
+    from opscope.analysis.aggregate import aggregate
+    from opscope.model import OpCall
+    mm = dict(name="aten::mm", input_shapes=[[256, 64], [64, 256]], dtypes=["float", "float"], source="model.py:88")
+    calls = [OpCall(phase="eval", step=1, **mm) for _ in range(4)] + [OpCall(phase="forward", step=s, **mm)
+                                                                       for s in (1, 2, 3)]
+    calls += [OpCall(name="aten::topk", input_shapes=[[1, 65]], dtypes=["float"], phase="eval", step=1)] * 2
+    phases = {op.name: (op.phase, op.phases) for op in aggregate(calls)}
+    assert phases["aten::mm"] == ("forward", ["eval", "forward"])
+    assert phases["aten::topk"] == ("eval", ["eval"])      # only evaluation runs it
+
+
 def test_sampling_callback_is_labelled_eval_and_bounded(tmp_path):
     proc = scan(tmp_path, "char_gpt_sampling.py", "--sample-len", "60", "--sample-every", "1", steps=3)
     assert proc.returncode == 0, proc.stderr[-3000:]
