@@ -199,5 +199,7 @@ def test_the_answer_is_on_the_first_screen(huber_run, example_run, browser, tmp_
     for run in (huber_run, example_run):
         page.goto((run / "report.html").resolve().as_uri())
         page.wait_for_selector("#ops tbody tr")
-        assert page.evaluate("document.documentElement.scrollHeight") < 8000
+        # the operators table is paginated: the page's length does not grow with the operators; the
+        # fixed-size sections (fixes, NPU estimate of 25 rows, numerics to check) make the rest
+        assert page.evaluate("document.documentElement.scrollHeight") < 12000
     page.close()

@@ -63,7 +63,9 @@ def test_unseeded_script_is_caught_as_fail(tmp_path):
     assert proc.returncode == EXIT_VERIFY_FAILED, proc.stderr[-2000:]
     e2e = json.loads((tmp_path / "e2e" / "e2e.json").read_text())
     assert e2e["comparison"]["verdict"] == "fail"
-    assert e2e["comparison"]["loss"]["first_divergent_step"] == 1
+    # two inits from OS randomness: step 1's losses differ, though by chance they may fall within the
+    # tolerance (seen in CI), so the divergence is only required to show up within the steps compared
+    assert 1 <= e2e["comparison"]["loss"]["first_divergent_step"] <= 3
 
 
 def test_crashing_script_is_an_error_verdict(tmp_path):
