@@ -32,6 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opscope.capture.source import iter_tensors
 from opscope.knowledge import load as _load
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations")
@@ -40,17 +41,6 @@ FAKE_FILE = "fake.json"   # in the capture folder: places and memory, for the an
 
 def policy() -> dict:
     return _load("fake_mode.yaml")
-
-
-def _tensors(obj, depth: int = 0):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif depth < 2 and isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _tensors(item, depth + 1)
-    elif depth < 2 and isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors(item, depth + 1)
 
 
 def _in_module_construction() -> bool:
@@ -254,7 +244,7 @@ class FakeRun(TorchDispatchMode):
                 continue
 
             def collective(*args, _original=original, _name=name, **kwargs):
-                fakes = [t for t in _tensors((args, kwargs)) if isinstance(t, run.fake_type)]
+                fakes = [t for t in iter_tensors((args, kwargs)) if isinstance(t, run.fake_type)]
                 if not fakes:
                     return _original(*args, **kwargs)
                 run._collective(_name, sum(t.numel() * t.element_size() for t in fakes))
@@ -346,7 +336,7 @@ class FakeRun(TorchDispatchMode):
         self.in_optimizer = False
         self.memory.phase = "other"
         for state in opt.state.values():
-            for tensor in _tensors(state):
+            for tensor in iter_tensors(state):
                 if isinstance(tensor, self.fake_type):
                     self.memory.claim(tensor, "optimizer_state")
 
@@ -354,13 +344,13 @@ class FakeRun(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         fake_in = has_tensor = False
-        for t in _tensors(args):
+        for t in iter_tensors(args):
             has_tensor = True
             if isinstance(t, self.fake_type):
                 fake_in = True
                 break
         if not fake_in and kwargs:
-            for t in _tensors(kwargs):
+            for t in iter_tensors(kwargs):
                 has_tensor = True
                 if isinstance(t, self.fake_type):
                     fake_in = True
@@ -386,7 +376,7 @@ class FakeRun(TorchDispatchMode):
 
     def _outputs(self, func, out) -> None:
         category = "optimizer_state" if self.in_optimizer else "activations"
-        for t in _tensors(out):
+        for t in iter_tensors(out):
             if isinstance(t, self.fake_type):
                 self.memory.add(t, category)
                 if t.dtype == torch.bool and t.numel() == 1 and not hasattr(t, "_opscope_op"):
@@ -401,14 +391,14 @@ class FakeRun(TorchDispatchMode):
         if not building:
             with self.fake:
                 probe = func(*args, **kwargs)
-            sizes = [t.untyped_storage().nbytes() for t in _tensors(probe) if isinstance(t, self.fake_type)]
+            sizes = [t.untyped_storage().nbytes() for t in iter_tensors(probe) if isinstance(t, self.fake_type)]
             if not sizes or max(sizes) < self.factory_limit:
                 return func(*args, **kwargs)
             self._outputs(func, probe)
             return probe
         with self.fake:
             out = func(*args, **kwargs)
-        for t in _tensors(out):
+        for t in iter_tensors(out):
             if isinstance(t, self.fake_type):
                 self.memory.add(t, "parameters")
         return out

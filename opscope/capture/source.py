@@ -163,20 +163,21 @@ def _site_relative(path: str) -> str:
     return os.path.relpath(path, best) if best else path
 
 
-def _iter_tensors(obj, depth=0):
+def iter_tensors(obj, depth=0):
+    """The tensors of a torch call's arguments or result: two levels of lists, tuples and dicts (cheap, per call)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif depth < 2 and isinstance(obj, (list, tuple)):
         for item in obj:
-            yield from _iter_tensors(item, depth + 1)
+            yield from iter_tensors(item, depth + 1)
     elif depth < 2 and isinstance(obj, dict):
         for item in obj.values():
-            yield from _iter_tensors(item, depth + 1)
+            yield from iter_tensors(item, depth + 1)
 
 
 def _iter_batch(obj, depth=0):
     """The tensors of a DataLoader batch: also inside mappings that are not dicts (transformers'
-    BatchEncoding is a UserDict), which the per-call ``_iter_tensors`` leaves out for speed."""
+    BatchEncoding is a UserDict), which the per-call ``iter_tensors`` leaves out for speed."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif depth < 3 and isinstance(obj, (list, tuple)):
@@ -260,7 +261,7 @@ class SourceTracker(TorchFunctionMode):
 
     def _produced(self, oid: int, obj, batch: bool = False) -> frozenset:
         """Record the shapes ``obj`` has as an output of origin ``oid``; tag its tensors."""
-        tensors = list(_iter_batch(obj) if batch else _iter_tensors(obj))
+        tensors = list(_iter_batch(obj) if batch else iter_tensors(obj))
         self.origin_shapes.setdefault(oid, set()).add(tuple(tuple(t.shape) for t in tensors))
         return frozenset((oid,))
 
@@ -279,15 +280,15 @@ class SourceTracker(TorchFunctionMode):
         """Remember which host call made each host tensor (and which host calls made its inputs), so
         that a later ``.to(device)`` of it marks that work as data preparation (``host_batch_moved``)."""
         if fname in _MOVES_TO_DEVICE and self.remapper is None and args and isinstance(args[0], torch.Tensor) \
-                and args[0].device.type == "cpu" and any(t.device.type != "cpu" for t in _iter_tensors(out)):
+                and args[0].device.type == "cpu" and any(t.device.type != "cpu" for t in iter_tensors(out)):
             self._host_batch_moved(args)   # a real device: the copy itself shows the move
         if device != "host":
             return
         parents = {getattr(t, "_opscope_host_call", None)
-                   for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ())} - {None}
+                   for t in itertools.chain(iter_tensors(args), iter_tensors(kwargs) if kwargs else ())} - {None}
         if parents:
             self.host_parents.setdefault(idx, set()).update(parents)
-        for t in _iter_tensors(out):
+        for t in iter_tensors(out):
             try:
                 t._opscope_host_call = idx
             except Exception:
@@ -380,7 +381,7 @@ class SourceTracker(TorchFunctionMode):
         origins: frozenset = frozenset()
         has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
-        for t in itertools.chain(_iter_tensors(args), _iter_tensors(kwargs) if kwargs else ()):
+        for t in itertools.chain(iter_tensors(args), iter_tensors(kwargs) if kwargs else ()):
             has_tensors = True
             o = getattr(t, "_opscope_origins", None)
             if o:
@@ -424,7 +425,7 @@ class SourceTracker(TorchFunctionMode):
             with torch.autograd.profiler.record_function(f"opscope#{idx}"):
                 out = func(*args, **kwargs)
         if on_device and self.remapper is not None:
-            for t in _iter_tensors(out):
+            for t in iter_tensors(out):
                 try:
                     t._opscope_dev = True
                 except Exception:
@@ -442,7 +443,7 @@ class SourceTracker(TorchFunctionMode):
         else:
             out_origins = origins
         first = args[0] if args else None
-        for t in _iter_tensors(out):
+        for t in iter_tensors(out):
             if t is first and kind is None and getattr(t, "_opscope_origins", None):
                 continue  # an in-place op keeps its tensor's shape and origins
             try:
@@ -472,7 +473,7 @@ def _is_accel(device) -> bool:
 
 
 def _has_bool_index(index) -> bool:
-    for t in _iter_tensors(index if isinstance(index, (tuple, list)) else (index,)):
+    for t in iter_tensors(index if isinstance(index, (tuple, list)) else (index,)):
         if t.dtype == torch.bool:
             return True
     return False
