@@ -14,12 +14,14 @@ Without --script it runs the suite: examples/train_alexnet.py, examples/train_re
   stopped once at the end, nothing else (no source lines, no per-step output);
 - seed: the porting guide's method - profile each step with record_shapes, print
   `key_averages(group_by_input_shape=True).table()` and parse the printed table.
-Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios.
+Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios, and
+the median CPU seconds (user + system, the whole process tree): steadier than wall time on a shared machine.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -111,10 +113,16 @@ runpy.run_path(script, run_name="__main__")
 '''
 
 
-def timed(cmd, env=None) -> float:
+CPU: dict[str, list[float]] = {}   # CPU seconds (user + sys of the whole process tree) per run, by command
+
+
+def timed(cmd, env=None, name: str = "") -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(name, []).append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
                          f"{proc.stderr.decode()[-1500:]}")
@@ -166,13 +174,15 @@ def run_one(args, script: str, script_args: list) -> None:
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleave runs so machine noise hits all of them alike
             for name, cmd in commands.items():
-                times[name].append(timed(cmd, env))
+                times[name].append(timed(cmd, env, name))
     med = {name: statistics.median(v) for name, v in times.items()}
     print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
           f"repeat: {args.repeat} (median wall seconds, whole process)")
-    print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}")
+    cpu = {name: statistics.median(CPU.pop(name)) for name in commands}
+    print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}{'CPU s':>10}{'vs plain':>10}")
     for name in ("plain", "opscope", "profiler", "seed"):
-        print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x")
+        print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x"
+              f"{cpu[name]:>10.2f}{cpu[name] / cpu['plain']:>9.2f}x")
     print(f"opscope vs bare profiler: {med['opscope'] / med['profiler']:.2f}x; "
           f"vs seed method: {med['opscope'] / med['seed']:.2f}x")
 

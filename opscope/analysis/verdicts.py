@@ -129,8 +129,13 @@ class _Context:
         return self.intrinsic(name, overload)
 
     def parent_of(self, name: str) -> str | None:
-        ops = self.by_name.get(name) or []
-        return next((op.parent for op in ops if op.parent), None)
+        """The operator ``name`` most often runs inside (ties: by name), so that evidence naming an
+        ancestor does not depend on the order operators are listed in (which follows their times)."""
+        counts: dict[str, int] = {}
+        for op in self.by_name.get(name) or []:
+            if op.parent:
+                counts[op.parent] = counts.get(op.parent, 0) + (op.calls or 1)
+        return min(counts, key=lambda parent: (-counts[parent], parent)) if counts else None
 
     def public_ancestor(self, op) -> str | None:
         seen, parent = set(), op.parent

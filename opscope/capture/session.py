@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from opscope.atomic import write_atomic, write_in_place
-from opscope.capture.events import calls_from_kineto, compact_calls
+from opscope.atomic import write_atomic
 from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
+from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter
 from opscope.model import loader_key
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
@@ -107,8 +107,8 @@ class CaptureSession:
         self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
         self.keep_in_memory = True                # the child analyses from memory, not from disk
         self.step_records: list = []
-        self._shared: dict = {}   # equal lists/strings across steps share one object
-        self.write_error: tuple[str, str] | None = None   # (path, what failed) once the folder cannot be written
+        self.writer = StepWriter(self.step_records)   # converts and writes finished steps off this thread
+        self._write_error: tuple[str, str] | None = None   # a write of the session's own (runtime.json)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -181,11 +181,11 @@ class CaptureSession:
             duration_us = (time.perf_counter() - self.step_started) * 1e6
             prof = self._stop_profiler()
             self.step_index += 1
-            self._write_step(prof, duration_us, complete=not partial)
+            self._write_step(prof, duration_us, complete=not partial, now=partial or last)
             del prof
+            self._count_lost_steps()
             if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
                 partial = True
-            _release_freed_memory()
             self.backward_in_step = False
             self._anchor_done = False
             finished = self.step_index >= self.max_steps
@@ -200,46 +200,33 @@ class CaptureSession:
         if self.write_error is not None and not last and self.raise_when_done:
             raise StopScan("write-error")   # as --timeout does: never an OSError in the user's code
 
-    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
-        events = prof.kineto_results.events() if prof.kineto_results is not None else []
-        calls = compact_calls(calls_from_kineto(events, self.step_index, self.table.entries, None), self._shared)
-        del events
-        if not complete and not calls:
-            self.step_index -= 1
+    def _write_step(self, prof, duration_us: float, complete: bool, now: bool = False) -> None:
+        """Hand the step to the writer; ``now``: the last step (or one cut short), written before returning."""
+        job = StepJob(prof, self.step_index, duration_us, complete, self.tracker.reset_step(),
+                      self._take_unrecorded(), list(self.table.entries), self._steps_file,
+                      self.trace_dir / trace_name(self.step_index) if self.export_traces else None,
+                      self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory)
+        if not now:
+            self.writer.submit(job)
             return
-        trace = None
-        if self.export_traces:
-            trace = self.trace_dir / trace_name(self.step_index)
-            try:
-                write_in_place(trace, lambda path: prof.export_chrome_trace(str(path)), _whole_trace)
-            except OSError as exc:   # the disk is full: this step is not kept, and capture stops
-                self._write_failed(exc, trace)
-                self.step_index -= 1
-                return
-            except Exception:  # a trace is a bonus; the step record is what matters
-                trace = None
-        record: dict[str, Any] = {
-            "step": self.step_index,
-            "duration_us": duration_us,
-            "complete": complete,
-            "trace": os.path.relpath(trace, self.out_dir) if trace else None,
-            "side": self.tracker.reset_step(),
-            "unrecorded": self._take_unrecorded(),
-            "calls": [[getattr(c, f) for f in CALL_FIELDS] for c in calls],
-        }
-        try:
-            self._steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
-        except OSError as exc:
-            if trace is not None:
-                Path(trace).unlink(missing_ok=True)   # a trace without its step record is not kept
-            self._write_failed(exc, self.capture_dir / STEPS_LOG)
-            self.step_index -= 1
+        self.writer.wait()
+        self._count_lost_steps()
+        if self.writer.first_lost is not None:
+            self.step_index -= 1   # the folder is already full: this step is not kept either
             return
-        if self.keep_in_memory:
-            record = dict(record)
-            record.pop("calls")
-            record["op_calls"] = calls
-            self.step_records.append(record)
+        if self.writer.write(job) in (EMPTY, FAILED):
+            self.step_index -= 1
+
+    def _count_lost_steps(self) -> None:
+        """A step the writer could not write (disk full) and every one after it are not captured."""
+        lost = self.writer.first_lost
+        if lost is not None and self.step_index >= lost:
+            self.step_index = lost - 1
+
+    @property
+    def write_error(self) -> tuple[str, str] | None:
+        """(path, what failed) once the run folder could not be written."""
+        return self.writer.write_error or self._write_error
 
     def finish(self, ended_normally: bool = False) -> None:
         """Record whatever the current (partial) step has, and write run-time findings.
@@ -259,6 +246,8 @@ class CaptureSession:
             self.step(partial=not whole, last=True)
         self.done = True
         self._stop_profiler()
+        self.writer.wait()
+        self._count_lost_steps()
         try:
             self.tracker.__exit__(None, None, None)
         except Exception:
@@ -293,7 +282,7 @@ class CaptureSession:
     def _write_failed(self, exc: OSError, path) -> None:
         """A write into the run folder failed (disk full, quota, I/O error): record no more."""
         if self.write_error is None:
-            self.write_error = (str(path), disk_error_text(exc))
+            self._write_error = (str(path), disk_error_text(exc))
 
     # -- step markers ----------------------------------------------------------------
     # above complexity 15: one hook closure per step marker (forward, backward, optimizer)
@@ -631,37 +620,6 @@ class CaptureSession:
         self._hooks += [_Restore(DataLoader, "__init__", orig_init),
                         _Restore(_BaseDataLoaderIter, "__next__", orig_next),
                         _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
-
-
-def _whole_trace(path) -> bool:
-    """Kineto reports no write error: a trace cut short by a full disk does not end its JSON."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, 2) - 64))
-            return fh.read().rstrip().endswith(b"}")
-    except OSError:
-        return False
-
-
-def _release_freed_memory() -> None:
-    """Give the profiler's freed per-step buffers back to the OS (glibc keeps them otherwise).
-
-    Each step's Kineto results are large and short-lived while the folded records kept
-    from it are small and long-lived; without a trim the heap fragments and the RSS of a
-    long scan creeps up with the number of steps.
-    """
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc: nothing to do
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM: Any = None
 
 
 def _rss_mb() -> float:
