@@ -31,6 +31,13 @@ from torch.overrides import TorchFunctionMode
 
 _RecordFunction = getattr(torch._C._profiler, "_RecordFunctionFast", None)
 
+# A forked process (a DataLoader worker) must not annotate: it learns it is a fork once, here,
+# instead of asking the OS for its pid on every torch call.
+_IN_FORK = [False]
+os.register_at_fork(after_in_child=lambda: _IN_FORK.__setitem__(0, True))
+_get_ident = threading.get_ident
+_Tensor = torch.Tensor
+
 # Calls that never launch an operator: no annotation needed (keeps overhead low).
 _NO_OP_FUNCS = frozenset({
     "__get__", "__set__", "size", "dim", "numel", "__len__", "__repr__", "__format__",
@@ -97,6 +104,18 @@ class UserCode:
         self.root = str(Path(root).resolve()) if root else None
         self._cache: dict[str, str | None] = {}
         self._lib_cache: dict[str, str | None] = {}
+        # per code object: (user display path or None, library path or None, an import machinery frame)
+        self.by_code: dict = {}
+
+    def code_info(self, code) -> tuple:
+        """What a frame running ``code`` says about the call: computed once per code object."""
+        info = self.by_code.get(code)
+        if info is None:
+            filename = code.co_filename
+            shown = self.display(filename)
+            info = self.by_code[code] = (shown, None if shown is not None else self.library(filename),
+                                         filename.startswith("<frozen importlib"))
+        return info
 
     def library(self, filename: str) -> str | None:
         """The path to show for a library file (relative to its site-packages), or None for
@@ -153,6 +172,18 @@ class UserCode:
         return None
 
 
+_LINE_TEXT: dict = {}
+
+
+def _line_text(path: str, line: int) -> str:
+    """``"path:line"``, one shared string per line (no new string per torch call)."""
+    key = (path, line)
+    text = _LINE_TEXT.get(key)
+    if text is None:
+        text = _LINE_TEXT[key] = f"{path}:{line}"
+    return text
+
+
 def _site_relative(path: str) -> str:
     """``.../site-packages/transformers/trainer.py`` -> ``transformers/trainer.py``."""
     for marker in ("site-packages", "dist-packages"):
@@ -200,7 +231,6 @@ class SourceTracker(TorchFunctionMode):
         self.user_code = user_code
         self.table = table
         self.remapper = remapper
-        self.owner_pid = os.getpid()
         self.owner_thread = threading.get_ident()
         self.host_values: dict[int, str] = {}                # int value read by .item() -> line
         self.host_parents: dict[int, set] = {}               # host call (table id) -> host calls of its inputs
@@ -228,15 +258,15 @@ class SourceTracker(TorchFunctionMode):
         frame: FrameType | None = sys._getframe(depth)
         importing = False
         library = None
-        user_code = self.user_code
+        by_code, code_info = self.user_code.by_code, self.user_code.code_info
         while frame is not None:
-            filename = frame.f_code.co_filename
-            shown = user_code.display(filename)
-            if shown is not None:
-                return f"{shown}:{frame.f_lineno}", importing, library
-            if library is None and (lib := user_code.library(filename)) is not None:
-                library = f"{lib}:{frame.f_lineno}"
-            if filename.startswith("<frozen importlib"):
+            code = frame.f_code
+            info = by_code.get(code) or code_info(code)
+            if info[0] is not None:
+                return _line_text(info[0], frame.f_lineno), importing, library
+            if library is None and info[1] is not None:
+                library = _line_text(info[1], frame.f_lineno)
+            if info[2]:
                 importing = True
             frame = frame.f_back
         return None, importing, library
@@ -341,14 +371,16 @@ class SourceTracker(TorchFunctionMode):
     # -- the hook ----------------------------------------------------------------
     # above complexity 15: runs on every torch call: its early returns stay in one function
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: C901
-        kwargs = kwargs or {}
-        if os.getpid() != self.owner_pid:
+        if kwargs is None:
+            kwargs = _NO_KWARGS
+        if _IN_FORK[0]:
             return func(*args, **kwargs)
         if getattr(func, "namespace", None) == "profiler":
             # record_function enter/exit: not a safe point (a range is still open) and
             # not the user's operator
             return func(*args, **kwargs)
-        if self.boundary_pending and threading.get_ident() == self.owner_thread:
+        on_owner = _get_ident() == self.owner_thread
+        if self.boundary_pending and on_owner:
             self.on_safe_point()   # type: ignore[misc]  # set by the session that sets boundary_pending
         moved = False
         if self.remapper is not None:
@@ -362,7 +394,7 @@ class SourceTracker(TorchFunctionMode):
                 _pass_origins(args, result)
                 return result
         fname = getattr(func, "__name__", "")
-        if fname in _NO_OP_FUNCS or threading.get_ident() != self.owner_thread:
+        if fname in _NO_OP_FUNCS or not on_owner:
             out = func(*args, **kwargs)
             if fname == "__get__":  # x.data, x.T, x.mT: the same data, the same origins
                 _pass_origins(args, out)
@@ -381,13 +413,23 @@ class SourceTracker(TorchFunctionMode):
         origins: frozenset = frozenset()
         has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
-        for t in itertools.chain(iter_tensors(args), iter_tensors(kwargs) if kwargs else ()):
+        for t in (args if _plain_tensors(args) else iter_tensors(args)):
+            if type(t) is not _Tensor and not isinstance(t, _Tensor):
+                continue   # a plain argument of a flat call
             has_tensors = True
             o = getattr(t, "_opscope_origins", None)
             if o:
                 origins = origins | o
             if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
                 on_device = True
+        if kwargs:
+            for t in iter_tensors(kwargs):
+                has_tensors = True
+                o = getattr(t, "_opscope_origins", None)
+                if o:
+                    origins = origins | o
+                if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
+                    on_device = True
         kind, at = None, where
         if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
             kind = "data-dependent-output"
@@ -451,6 +493,21 @@ class SourceTracker(TorchFunctionMode):
             except Exception:
                 pass
         return out
+
+
+_NO_KWARGS: dict = {}   # shared, never written: a call without keyword arguments allocates none
+
+
+def _plain_tensors(args: tuple) -> bool:
+    """True when no argument is a list, tuple or dict (the common ``F.relu(x)``, ``x + y``): the
+    arguments can be walked directly instead of through the nested ``iter_tensors`` generator."""
+    for a in args:
+        if type(a) in _CONTAINERS:
+            return False
+    return True
+
+
+_CONTAINERS = frozenset({list, tuple, dict})
 
 
 def _pass_origins(args, out) -> None:
