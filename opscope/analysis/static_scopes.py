@@ -166,6 +166,8 @@ class Binder(ast.NodeVisitor):
 
 
 class Resolver:
+    """The qualified name an imported name or attribute chain stands for (None: not an import)."""
+
     def __init__(self, scopes: dict[int, Scope]):
         self.scopes = scopes
 
