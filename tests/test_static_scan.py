@@ -508,3 +508,21 @@ def test_static_only_does_not_follow_links_out_of_the_folder_or_read_fifos(tmp_p
     os.mkfifo(project / "pipe.py")                 # reading it would block forever
     files = {f.file.replace(os.sep, "/").rsplit("/", 1)[-1] for f in scan_paths([project], jobs=1)}
     assert files == {"train.py"}
+
+
+def test_rules_file_is_read_through_its_declared_schema(tmp_path):
+    """A misspelt top-level key of a rules file is an error that names it (knowledge.py's schema),
+    not a section silently ignored, and a wrongly typed section is one too."""
+    from opscope.errors import InputError
+    data = yaml.safe_load(RULES_FILE.read_text())
+    data["device_flows"] = data.pop("device_flow")
+    misspelt = tmp_path / "misspelt.yaml"
+    misspelt.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="unknown key 'device_flows' \\(did you mean 'device_flow'\\?\\)"):
+        load_rules(str(misspelt))
+    data["device_flow"] = data.pop("device_flows")
+    data["rules"] = {"cuda-call": data["rules"][0]}
+    mistyped = tmp_path / "mistyped.yaml"
+    mistyped.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="'rules' is a dict, expected a list"):
+        load_rules(str(mistyped))

@@ -101,20 +101,12 @@ def header_name(prefix: str, rel: str) -> str:
     return name
 
 
-def _imports_torch_npu(tree: ast.Module) -> bool:
+def _imports(tree: ast.Module, package: str) -> bool:
+    """Does the file import ``package`` (or a module of it) anywhere, absolutely?"""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch_npu" for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == package for a in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_npu" and not node.level:
-            return True
-    return False
-
-
-def _imports_torch(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and not node.level:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package and not node.level:
             return True
     return False
 
@@ -184,7 +176,7 @@ def migrate_source(source: str, rel: str, path: Path | None = None) -> FileMigra
         reason = hit.unsafe_reason or next((r for h, r in refused if h is hit), None)
         if not hit.edits or id(hit) in refused_ids:
             result.skipped.append(Skipped(hit.line, hit.rule.id, hit.api, reason or "needs judgement", hit.replacement))
-    if applied and _imports_torch(tree) and not _imports_torch_npu(tree):
+    if applied and _imports(tree, "torch") and not _imports(tree, "torch_npu"):
         at = _import_insert_line(tree)
         newline = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
         if at and at <= len(new_lines) and not new_lines[at - 1].endswith((b"\n", b"\r")):
@@ -199,7 +191,7 @@ def migrate_source(source: str, rel: str, path: Path | None = None) -> FileMigra
         result.changes, result.import_added = [], False
         return result
     result.patched = patched
-    if applied and not result.import_added and not _imports_torch_npu(tree):
+    if applied and not result.import_added and not _imports(tree, "torch_npu"):
         result.skipped.append(Skipped(None, "import-torch-npu", "import torch_npu",
                                       "this file does not import torch: add `import torch_npu` in the entry "
                                       "script so 'npu' devices and torch.npu exist"))

@@ -14,313 +14,24 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import fields
 
-from opscope.analysis.npu_cost import (
-    Kernel,
-    cost_model,
-    dtype_bytes,
-    dtype_name,
-    kernel_time_us,
-    numel,
-    resolve_chip,
-    tensor_bytes,
+from opscope.analysis.npu_cost import Kernel, cost_model, dtype_bytes, kernel_time_us, numel, resolve_chip
+from opscope.analysis.npu_kernels import (
+    MODELS,
+    aicpu_reason,
+    alignment_reason,
+    base_name,
+    cache_tensors,
+    clear_tensors,
+    match_fused_patterns,
+    model_elementwise,
+    nz_transdata,
+    op_tensors,
+    transdata,
 )
 
+__all__ = ["BASIS_VERSION", "MODELS", "allreduce_us", "bound_sentence", "build_basis", "estimate", "price"]
+
 BASIS_VERSION = 1
-
-
-def _base(name: str) -> str:
-    return name.split("::", 1)[1] if "::" in name else name
-
-
-_TENSORS: dict[int, list] = {}   # id(op) -> _tensors(op), for the duration of one build_basis
-
-
-def _tensors(op) -> list[tuple[list, str]]:
-    """(shape, torch dtype) of each tensor input with at least one dimension."""
-    cached = _TENSORS.get(id(op))
-    if cached is not None:
-        return cached
-    out = []
-    for i, shape in enumerate(op.input_shapes or []):
-        dtype = op.dtypes[i] if i < len(op.dtypes or []) else ""
-        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) and dtype \
-                and dtype not in ("Scalar", "ScalarList", "TensorList", "GenericList", ""):
-            out.append((shape, dtype_name(dtype)))
-    return out
-
-
-def _cache_tensors(operators) -> None:
-    _TENSORS.clear()
-    for op in operators:
-        _TENSORS[id(op)] = _tensors(op)
-
-
-def _float_dtype(op) -> str:
-    return next((d for _, d in _tensors(op) if d.startswith(("float", "bfloat"))), "float32")
-
-
-# --- ATen operator -> kernels: one function per `model` named in npu_cost_model.yaml ---
-
-def _conv_out(op) -> list | None:
-    x, w = op.input_shapes[0], op.input_shapes[1]
-    sc = op.scalars or []
-    stride, padding, dilation = (sc[3] if len(sc) > 3 else [1, 1]), (sc[4] if len(sc) > 4 else [0, 0]), \
-        (sc[5] if len(sc) > 5 else [1, 1])
-    try:
-        spatial = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1
-                   for i in range(len(x) - 2)]
-    except (IndexError, TypeError):
-        return None
-    return [x[0], w[0], *spatial]
-
-
-def _model_conv(op, names) -> list[Kernel]:
-    x, w = op.input_shapes[0], op.input_shapes[1]
-    out = _conv_out(op) or x
-    k = numel(w[1:])
-    dtype = _float_dtype(op)
-    size = dtype_bytes(dtype)
-    moved = (numel(x) + numel(w) + numel(out)) * size
-    return [Kernel(names[0], "cube", 2.0 * numel(out) * k, moved, dtype, shapes=[x, w, out])]
-
-
-def _model_conv_backward(op, names) -> list[Kernel]:
-    dy, x, w = op.input_shapes[0], op.input_shapes[1], op.input_shapes[2]
-    mask = next((s for s in reversed(op.scalars or []) if isinstance(s, list) and s and isinstance(s[0], bool)),
-                [True, True, True])
-    dtype = _float_dtype(op)
-    size = dtype_bytes(dtype)
-    flops = 2.0 * numel(dy) * numel(w[1:])
-    kernels = []
-    if mask[0]:
-        kernels.append(Kernel(names[0], "cube", flops, (numel(dy) + numel(w) + numel(x)) * size, dtype))
-    if len(mask) > 1 and mask[1]:
-        kernels.append(Kernel(names[1], "cube", flops, (numel(dy) + numel(w) + numel(x)) * size, dtype))
-    if len(mask) > 2 and mask[2]:
-        kernels.append(Kernel(names[2], "vector", 0.0, (numel(dy) + w[0]) * size, dtype))
-    return kernels
-
-
-def matmul_dims(op) -> tuple[int, int, int, int] | None:
-    """(batch, M, K, N) of a matmul-family operator from its input shapes."""
-    name = _base(op.name)
-    shapes = [s for s, _ in _tensors(op)]
-    try:
-        if name in ("addmm", "baddbmm"):
-            shapes = shapes[1:] if len(shapes) >= 3 else shapes
-        a, b = shapes[0], shapes[1]
-        if name == "linear":
-            return numel(a[:-1]), 1, a[-1], b[0]
-        if len(b) == 1:
-            return 1, numel(a[:-1]), a[-1], 1
-        batch = numel(a[:-2]) if len(a) > 2 else 1
-        return batch, a[-2] if len(a) > 1 else 1, a[-1], b[-1]
-    except (IndexError, TypeError):
-        return None
-
-
-def _model_matmul(op, names) -> list[Kernel]:
-    dims = matmul_dims(op)
-    if dims is None:
-        return _model_elementwise(op, names)
-    batch, m, k, n = dims
-    dtype = _float_dtype(op)
-    size = dtype_bytes(dtype)
-    moved = tensor_bytes(*zip(*_tensors(op), strict=True)) if _tensors(op) else 0.0
-    moved += batch * m * n * size
-    return [Kernel(names[0], "cube", 2.0 * batch * m * k * n, moved, dtype, written=batch * m * n * size)]
-
-
-def _model_attention(op, names) -> list[Kernel]:
-    tensors = _tensors(op)
-    if len(tensors) < 2:
-        return _model_elementwise(op, names)
-    q, k = tensors[0][0], tensors[1][0]
-    causal = any(s is True for s in (op.scalars or [])[3:6])
-    flops = 4.0 * numel(q) * (k[-2] if len(k) >= 2 else 1) * (0.5 if causal else 1.0)
-    if names[0].endswith("Grad"):
-        flops *= 2.5
-    return [Kernel(names[0], "fa", flops, tensor_bytes(*zip(*tensors, strict=True)) * 2, tensors[0][1])]
-
-
-def _model_pool(op, names) -> list[Kernel]:
-    x = op.input_shapes[0]
-    sc = op.scalars or []
-    kernel, stride = (sc[1] if len(sc) > 1 else [2, 2]), (sc[2] if len(sc) > 2 and sc[2] else None)
-    stride = stride or kernel
-    try:
-        out = [x[0], x[1], *[(x[2 + i] - kernel[i]) // stride[i] + 1 for i in range(2)]]
-    except (IndexError, TypeError):
-        out = x
-    dtype = _float_dtype(op)
-    # y and the argmax mask (one bit per window element, stored as uint16) are written
-    moved = numel(x) * dtype_bytes(dtype) + numel(out) * dtype_bytes(dtype) * 2
-    return [Kernel(names[0], "vector", 0.0, moved, dtype)]
-
-
-def _model_pool_backward(op, names) -> list[Kernel]:
-    dy, x = op.input_shapes[0], op.input_shapes[1]
-    dtype = _float_dtype(op)
-    moved = (numel(dy) * 2 + numel(x) * 2) * dtype_bytes(dtype)
-    return [Kernel(names[0], "vector", 0.0, moved, dtype)]
-
-
-def _model_elementwise(op, names) -> list[Kernel]:
-    tensors = _tensors(op)
-    moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
-    if tensors:   # the output: the biggest input's size
-        shape, dtype = max(tensors, key=lambda t: numel(t[0]))
-        moved += numel(shape) * dtype_bytes(dtype)
-    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
-
-
-def _model_reduce(op, names) -> list[Kernel]:
-    tensors = _tensors(op)
-    moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
-    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
-
-
-def _model_foreach(op, names) -> list[Kernel]:
-    lists = [s for s in (op.input_shapes or []) if isinstance(s, list) and s and isinstance(s[0], list)]
-    per_list = sum(numel(s) for s in lists[0]) * 4 if lists else 0
-    return [Kernel(n, "vector", 0.0, per_list * (len(lists) + 1), _float_dtype(op)) for n in names]
-
-
-MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
-          "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
-          "elementwise": _model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach}
-
-
-def _transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
-    """The TransData kernels the NPU wraps around ``op`` (bytes: base read + padded write)."""
-    shapes = op.input_shapes or []
-    dtype = _float_dtype(op)
-    size = dtype_bytes(dtype)
-    c0_cube = 8 if size == 4 else 16
-    input_grad = any(k.type.endswith("BackpropInput") for k in kernels) or _base(op.name).endswith("pool2d_with_indices_backward")
-    out = []
-    for spec in rule.get("tensors") or []:
-        if spec.get("when") == "input_grad" and not input_grad:
-            continue
-        which = spec["tensor"]
-        if which.startswith("input") and which[5:].isdigit():
-            idx = int(which[5:])
-            shape = shapes[idx] if idx < len(shapes) else None
-        elif which == "output":
-            shape = _conv_out(op) if _base(op.name) in ("convolution", "_convolution") else None
-            if shape is None and kernels and _base(op.name).startswith("max_pool2d"):
-                x = shapes[0]
-                shape = [x[0], x[1], max(1, x[2] // 2), max(1, x[3] // 2)] if len(x) == 4 else x
-        elif which == "weight_grad":
-            shape = shapes[2] if len(shapes) > 2 else None
-        elif which == "input_grad":
-            shape = shapes[1] if len(shapes) > 1 else None
-        else:
-            shape = None
-        if not isinstance(shape, list) or len(shape) < 2:
-            continue
-        c0 = c0_cube if spec.get("c0") == "cube" else int(spec.get("c0", 16))
-        channels = shape[1]   # NCHW: the channel axis is padded to C0 in the private formats
-        padded = numel(shape) // max(channels, 1) * (-(-channels // c0) * c0)
-        out.append(Kernel("TransData", "vector", 0.0, (numel(shape) + padded) * size, dtype, inserted=True,
-                          note=f"{'x'.join(map(str, shape))} -> {spec['to']}"))
-    return out
-
-
-def _nz_transdata(op, rule: dict | None) -> list[Kernel]:
-    """ND <-> FRACTAL_NZ around a matmul (chips whose cube reads NZ only: the rule's families); each
-    converted tensor is read and written once."""
-    dims = matmul_dims(op) if rule and _base(op.name) in MATMULS else None
-    if dims is None:
-        return []
-    batch, m, k, n = dims
-    size = dtype_bytes(_float_dtype(op))
-    moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
-    return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
-                   note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
-            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]), strict=True)]
-
-
-MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
-
-
-# --- rules that explain why a signature is slow ---
-
-def _aicpu_reason(op, rules: dict) -> str | None:
-    name = _base(op.name)
-    special = (rules.get("ops") or {}).get(name)
-    odd = sorted({d for _, d in _tensors(op) if not d.startswith(("float", "bfloat"))})
-    if special:
-        return f"{special.get('why', 'runs on AI CPU')}" + (f" (inputs {', '.join(odd)})" if odd else "")
-    table = (rules.get("aicore_dtypes") or {}).get(str(rules.get("cann")), {})
-    allowed = (table.get("ops") or {}).get(name) or table.get("default") or []
-    bad = sorted({d for _, d in _tensors(op) if d not in allowed})
-    if bad and allowed:
-        return f"dtype {', '.join(bad)} is not an AI Core dtype of {name} (CANN {rules.get('cann')}): runs on AI CPU"
-    return None
-
-
-def _alignment_reason(op, rules: dict) -> str | None:
-    name = _base(op.name)
-    if name in MATMULS:
-        dims = matmul_dims(op)
-        rule = rules.get("matmul") or {}
-        if dims and rule:
-            batch, m, k, n = dims
-            bad = [f"{axis}={v}" for axis, v in (("K", k), ("N", n)) if v % int(rule["multiple"])]
-            if bad and batch * m * k * n >= 1 << 20:
-                return f"unaligned matmul: {', '.join(bad)} not a multiple of {rule['multiple']}"
-    if "attention" in name:
-        tensors = _tensors(op)
-        rule = rules.get("attention") or {}
-        if tensors and rule and len(tensors[0][0]) >= 2:
-            d, s = tensors[0][0][-1], tensors[0][0][-2]
-            bad = [f"{axis}={v}" for axis, v in (("D", d), ("S", s)) if v % int(rule["multiple"])]
-            if bad:
-                return f"unaligned attention: {', '.join(bad)} not a multiple of {rule['multiple']}"
-    return None
-
-
-def match_fused_patterns(calls, patterns: list[dict], views: set) -> list[dict]:
-    """Fusable op sequences in the forward top-level op stream of the first steady step."""
-    stream = [c for c in calls if c.parent is None and c.phase == "forward" and _base(c.name) not in views]
-    if not stream:
-        return []
-    steps = sorted({c.step for c in stream})
-    step = steps[1] if len(steps) > 1 else steps[0]
-    stream = sorted((c for c in stream if c.step == step), key=lambda c: (c.start_us, c.seq_nr))
-    names = [_base(c.name).rstrip("_") if not _base(c.name).startswith("_") else _base(c.name) for c in stream]
-    found: dict[tuple, dict] = {}
-    for pattern in patterns:
-        specs = [s if isinstance(s, dict) else {"names": s} for s in pattern.get("steps") or []]
-        i = 0
-        while i < len(names):
-            end = _match_at(names, i, specs)
-            if end is None:
-                i += 1
-                continue
-            sources = [stream[j].source for j in range(i, end) if stream[j].source]
-            key = (pattern["api"], sources[0] if sources else None)
-            entry = found.setdefault(key, {"api": pattern["api"], "ops": names[i:end], "sources": sorted(set(sources)),
-                                           "source": sources[0] if sources else None, "count": 0,
-                                           "fix": pattern.get("fix", ""), "launches": end - i,
-                                           "min_cann": pattern.get("min_cann")})
-            entry["count"] += max(int(getattr(stream[i], "count", 1) or 1), 1)
-            i = end
-    return list(found.values())
-
-
-def _match_at(names: list[str], i: int, specs: list[dict]) -> int | None:
-    pos = i
-    for spec in specs:
-        allowed = set(spec.get("names") or [])
-        hits = 0
-        while pos < len(names) and names[pos] in allowed and hits < int(spec.get("repeat", 1)):
-            pos += 1
-            hits += 1
-        if hits == 0 and not spec.get("optional"):
-            return None
-    return pos if pos - i >= 2 else None
 
 
 # --- the chip-independent basis ---
@@ -349,7 +60,7 @@ def _parents(operators) -> dict[str, str | None]:
 def _nested_in_priced(op, parent_of: dict, priced: set) -> bool:
     parent, seen = op.parent, 0
     while parent and seen < 12:
-        if _base(parent) in priced:
+        if base_name(parent) in priced:
             return True
         parent, seen = parent_of.get(parent), seen + 1
     return False
@@ -361,7 +72,7 @@ def _batch(operators, calls=None) -> dict:
     for op in operators:
         if op.phase != "forward" or op.parent is not None:
             continue
-        for shape, dtype in _tensors(op)[:1]:
+        for shape, dtype in op_tensors(op)[:1]:
             if len(shape) >= 2 and dtype.startswith(("float", "bfloat")):
                 dims[shape[0]] += op.calls
                 if shape[0] not in where:
@@ -385,7 +96,7 @@ def _gradient_bytes(operators, steady) -> dict:
         if isinstance(first, list) and first and isinstance(first[0], list):
             foreach = max(foreach, first, key=len)
             continue
-        tensors = _tensors(op)
+        tensors = op_tensors(op)
         if not tensors or not tensors[0][1].startswith(("float", "bfloat")):
             continue
         shape = tuple(tensors[0][0])
@@ -428,104 +139,131 @@ def _steady_counts(calls, steady: set[int]) -> dict[tuple, float]:
 
 def build_basis(operators, steps, calls=None) -> dict:
     """The chip-independent part of the estimate (stored in scan.json ``npu_estimate.basis``)."""
-    _cache_tensors(operators)
+    cache_tensors(operators)
     try:
         return _build_basis(operators, steps, calls)
     finally:
-        _TENSORS.clear()
+        clear_tensors()
 
 
-# above complexity 15: one branch per cost rule of the operator cost model
-def _build_basis(operators, steps, calls=None) -> dict:  # noqa: C901
+def _build_basis(operators, steps, calls=None) -> dict:
     model = cost_model()
-    aten = model.get("aten") or {}
     views = set(model.get("views") or [])
-    priced = set(aten)
+    priced = set(model.get("aten") or {})
     steady = _steady(steps)
     parent_of = _parents(operators)
-    foreach_kernels = (model.get("optimizers") or {}).get("foreach_kernels") or {}
     candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
-                  and not op.import_time and _base(op.name) not in views
+                  and not op.import_time and base_name(op.name) not in views
                   and not _nested_in_priced(op, parent_of, priced)]
     wanted = {op.name for op in candidates}
     counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
     dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
-    rows, foreach_launches = [], set()
+    rows: list[dict] = []
+    foreach_launches: set[str] = set()
     for op in candidates:
-        name = _base(op.name)
         per_step = counts.get(_key(op.name, op.input_shapes, op.dtypes), 0.0) if counts \
             else _per_step(op, steady)
-        if not per_step:
-            continue
-        entry = aten.get(name)
-        reasons: list[dict] = []
-        launches = 1.0
-        if entry:
-            kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
-        else:
-            kernels = _model_elementwise(op, [f"{name} (generic)"])
-            reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
-                            "fix": ""})
-        tensors = _tensors(op)
-        if op.phase == "optimizer" and name in foreach_kernels and tensors and len(tensors[0][0]) >= 1:
-            for k in kernels:
-                k.type = foreach_kernels[name]
-                k.note = "foreach on the NPU"
-            foreach_launches.add(foreach_kernels[name])
-            launches = 0.0
-        if not tensors and entry:     # Python-scalar arithmetic: one tiny launch
-            for k in kernels:
-                k.bytes = 0.0
-        why = _aicpu_reason(op, model.get("aicpu_rules") or {})
-        if why:
-            for k in kernels:
-                k.unit = "aicpu"
-            rules = model.get("aicpu_rules") or {}
-            fix = ((rules.get("ops") or {}).get(name) or {}).get("fix") or rules.get("fix_dtype", "")
-            reasons.append({"kind": "aicpu", "text": why, "fix": fix})
-        unaligned = _alignment_reason(op, model.get("alignment") or {})
-        if unaligned:
-            rule = (model.get("alignment") or {}).get("attention" if "attention" in unaligned else "matmul") or {}
-            for k in kernels:
-                if k.unit in ("cube", "fa"):
-                    k.flops *= float(rule.get("slowdown", 1.0))
-            reasons.append({"kind": "alignment", "text": unaligned, "fix": rule.get("fix", "")})
-        inserted = []
-        rule_name = (entry or {}).get("transdata")
-        if rule_name:
-            rule = (model.get("transdata") or {}).get(rule_name) or {}
-            inserted = _transdata(op, rule, kernels)
-        inserted_910a = _nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
-        if op.verdict == "cpu-fallback":
-            reasons.append({"kind": "cpu-fallback", "text": "runs on the host CPU on the NPU (cpu-fallback): its CPU "
-                            "time plus two host<->device copies", "fix": (op.substitute or {}).get("replacement", "")
-                            if isinstance(op.substitute, dict) else ""})
-        if op.dynamic:
-            shapes = dynamic_shapes.get((op.name, op.source), 1)
-            reasons.append({"kind": "dynamic", "text": f"dynamic shape: compiled again for each new shape "
-                            f"({shapes} shape(s) of {op.name} at {op.source or '?'} seen in the scan)",
-                            "fix": "make the shape fixed (pad, drop_last=True); see the dynamic-shape fixes"})
-        rows.append({"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
-                     "dtypes": op.dtypes, "phase": op.phase, "source": op.source, "calls_per_step": per_step,
-                     "launches_per_step": per_step * launches,
-                     "cpu_time_us": op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
-                     "fallback": op.verdict == "cpu-fallback",
-                     "kernels": [_kernel_dict(k) for k in kernels],
-                     "transdata": [_kernel_dict(k) for k in inserted],
-                     "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
-                     "reasons": reasons})
+        if per_step:
+            rows.append(_basis_row(op, per_step, model, dynamic_shapes, foreach_launches))
     patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
+    _mark_unfused(rows, patterns)
+    return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
+            "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
+
+
+def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreach_launches: set) -> dict:
+    """One operator signature: the kernels it becomes and every reason it is slow."""
+    name = base_name(op.name)
+    entry = (model.get("aten") or {}).get(name)
+    reasons: list[dict] = []
+    if entry:
+        kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
+    else:
+        kernels = model_elementwise(op, [f"{name} (generic)"])
+        reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
+                        "fix": ""})
+    launches = _foreach(op, name, kernels, model, foreach_launches)
+    if not op_tensors(op) and entry:     # Python-scalar arithmetic: one tiny launch
+        for k in kernels:
+            k.bytes = 0.0
+    reasons += _unit_reasons(op, name, kernels, model)
+    inserted = []
+    rule_name = (entry or {}).get("transdata")
+    if rule_name:
+        rule = (model.get("transdata") or {}).get(rule_name) or {}
+        inserted = transdata(op, rule, kernels)
+    inserted_910a = nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
+    reasons += _run_reasons(op, dynamic_shapes)
+    return {"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
+            "dtypes": op.dtypes, "phase": op.phase, "source": op.source, "calls_per_step": per_step,
+            "launches_per_step": per_step * launches,
+            "cpu_time_us": op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
+            "fallback": op.verdict == "cpu-fallback",
+            "kernels": [_kernel_dict(k) for k in kernels],
+            "transdata": [_kernel_dict(k) for k in inserted],
+            "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
+            "reasons": reasons}
+
+
+def _foreach(op, name: str, kernels: list[Kernel], model: dict, foreach_launches: set) -> float:
+    """Launches per call: 0 for an optimizer op the NPU runs as one foreach kernel per step."""
+    foreach_kernels = (model.get("optimizers") or {}).get("foreach_kernels") or {}
+    tensors = op_tensors(op)
+    if op.phase == "optimizer" and name in foreach_kernels and tensors and len(tensors[0][0]) >= 1:
+        for k in kernels:
+            k.type = foreach_kernels[name]
+            k.note = "foreach on the NPU"
+        foreach_launches.add(foreach_kernels[name])
+        return 0.0
+    return 1.0
+
+
+def _unit_reasons(op, name: str, kernels: list[Kernel], model: dict) -> list[dict]:
+    """AI CPU fall-back and unaligned cube shapes: they also change the kernels' unit and FLOPs."""
+    reasons = []
+    why = aicpu_reason(op, model.get("aicpu_rules") or {})
+    if why:
+        for k in kernels:
+            k.unit = "aicpu"
+        rules = model.get("aicpu_rules") or {}
+        fix = ((rules.get("ops") or {}).get(name) or {}).get("fix") or rules.get("fix_dtype", "")
+        reasons.append({"kind": "aicpu", "text": why, "fix": fix})
+    unaligned = alignment_reason(op, model.get("alignment") or {})
+    if unaligned:
+        rule = (model.get("alignment") or {}).get("attention" if "attention" in unaligned else "matmul") or {}
+        for k in kernels:
+            if k.unit in ("cube", "fa"):
+                k.flops *= float(rule.get("slowdown", 1.0))
+        reasons.append({"kind": "alignment", "text": unaligned, "fix": rule.get("fix", "")})
+    return reasons
+
+
+def _run_reasons(op, dynamic_shapes: Counter) -> list[dict]:
+    """What the scan saw the operator do: fall back to the CPU, change shape."""
+    reasons = []
+    if op.verdict == "cpu-fallback":
+        reasons.append({"kind": "cpu-fallback", "text": "runs on the host CPU on the NPU (cpu-fallback): its CPU "
+                        "time plus two host<->device copies", "fix": (op.substitute or {}).get("replacement", "")
+                        if isinstance(op.substitute, dict) else ""})
+    if op.dynamic:
+        shapes = dynamic_shapes.get((op.name, op.source), 1)
+        reasons.append({"kind": "dynamic", "text": f"dynamic shape: compiled again for each new shape "
+                        f"({shapes} shape(s) of {op.name} at {op.source or '?'} seen in the scan)",
+                        "fix": "make the shape fixed (pad, drop_last=True); see the dynamic-shape fixes"})
+    return reasons
+
+
+def _mark_unfused(rows: list[dict], patterns: list[dict]) -> None:
+    """A forward row whose line holds a fusable sequence of its operator gets the `unfused` reason."""
     by_source: dict[str, list] = {}
     for p in patterns:
         for src in p["sources"]:
             by_source.setdefault(src, []).append(p)
     for row in rows:
         for p in by_source.get(row["source"], []):
-            if row["phase"] == "forward" and _base(row["name"]) in {o.rstrip("_") for o in p["ops"]} | set(p["ops"]):
+            if row["phase"] == "forward" and base_name(row["name"]) in {o.rstrip("_") for o in p["ops"]} | set(p["ops"]):
                 row["reasons"].append({"kind": "unfused", "text": f"unfused {'-'.join(p['ops'])} at {p['source']}",
                                        "fix": p["fix"]})
-    return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
-            "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
 
 
 # --- prices on a chip ---

@@ -37,16 +37,19 @@ def register(sub) -> None:
     s.add_argument("op", type=non_empty, help="operator, e.g. aten::gelu or aten::add.Tensor (no overload: every overload)")
     s.add_argument("--target", type=non_empty, help="only this torch_npu release (exact: 2.8.0 is not 2.8.0.post5; "
                                     "a bare line, 2.8, is its newest release)")
-    s.add_argument("--json", action="store_true", help="print the evidence as JSON")
-    s.add_argument("-o", "--out", metavar="FILE", help="also write the evidence as JSON to FILE")
-    s.add_argument("-q", "--quiet", action="store_true", help="print nothing (with -o: only write the file)")
+    _print_options(s, "the evidence", json_help="print the evidence as JSON")
     v = actions.add_parser("versions", help="every torch_npu release in the matrix",
                            description="List every exact torch_npu release the matrix has, with the torch it is "
                                        "built for and how many ATen overloads it registers.")
-    v.add_argument("--json", action="store_true")
-    v.add_argument("-o", "--out", metavar="FILE", help="also write the list as JSON to FILE")
-    v.add_argument("-q", "--quiet", action="store_true", help="print nothing (with -o: only write the file)")
+    _print_options(v, "the list")
     p.set_defaults(func=run)
+
+
+def _print_options(parser, what: str, json_help: str | None = None) -> None:
+    """--json, -o FILE and -q of the actions that print what the matrix holds."""
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("-o", "--out", metavar="FILE", help=f"also write {what} as JSON to FILE")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing (with -o: only write the file)")
 
 
 def run(args: argparse.Namespace) -> int:

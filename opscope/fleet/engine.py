@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opscope.atomic import write_atomic
 from opscope.errors import UserError
 
 RECORD = "fleet-job.json"
@@ -185,9 +186,7 @@ def write_record(run_dir: Path, record: dict) -> None:
     files = record.pop("files", None) or {}
     for name, data in files.items():
         (run_dir / name).write_bytes(data)
-    tmp = run_dir / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    tmp.replace(run_dir / RECORD)
+    write_atomic(run_dir / RECORD, json.dumps(record, indent=1))
 
 
 def plan(jobs: list[dict], out: Path, force: bool = False) -> tuple[list[dict], list[dict]]:

@@ -5,17 +5,14 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from opscope.atomic import write_atomic
 from opscope.resources import templates_dir
 
 TEMPLATE = "fleet.html.j2"
 
 
 def write_fleet_json(doc: dict, path: Path) -> Path:
-    path = Path(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, json.dumps(doc, indent=1, ensure_ascii=False, default=str))
 
 
 @lru_cache(maxsize=1)
