@@ -12,6 +12,10 @@ Without --script it runs the suite: examples/train_alexnet.py, examples/train_re
   HTML/XLSX so we time the scan itself);
 - profiler: the bare profiler floor - `torch.profiler.profile(record_shapes=True)` across all N steps,
   stopped once at the end, nothing else (no source lines, no per-step output);
+- profiler-steps (with --all): the same profiler stopped and started at every step boundary, each
+  step's events read (what a per-step capture pays beyond the across-steps floor);
+- opscope-inline (with --all): `opscope scan` with OPSCOPE_STEP_WRITER=inline, each step converted and
+  written on the training thread instead of by the writer thread;
 - seed: the porting guide's method - profile each step with record_shapes, print
   `key_averages(group_by_input_shape=True).table()` and parse the printed table.
 Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios, and
@@ -40,6 +44,10 @@ state = {"n": 0, "prof": None, "rows": 0}
 ROW = re.compile(r"^\s*(\S+)\s+.*?(\[\[.*\]\])?\s*$")
 
 def start():
+    if mode == "profiler-steps":   # the same profiler, stopped and started again at every step boundary
+        from torch.profiler import ProfilerActivity, profile
+        state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        state["prof"].__enter__()
     if mode == "profiler" and state["prof"] is None:
         from torch.profiler import ProfilerActivity, profile
         state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
@@ -49,6 +57,9 @@ def start():
         state["prof"].__enter__()
 
 def end_step():
+    if mode == "profiler-steps":
+        state["prof"].__exit__(None, None, None)
+        state["rows"] += len(state["prof"].events())   # the same events parsed as the across-steps run
     if mode == "seed":
         prof = state["prof"]
         prof.__exit__(None, None, None)
@@ -81,7 +92,7 @@ state["pending"] = False
 state["depth"] = 0
 
 def _post(opt, args, kwargs):
-    if mode == "seed":
+    if mode in ("seed", "profiler-steps"):
         state["pending"] = True
     else:
         after_step()
@@ -139,6 +150,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--script", default=None, help="one script (default: the suite below)")
+    parser.add_argument("--all", action="store_true",
+                        help="also the per-step profiler and opscope with its step writer in line")
     args = parser.parse_args(argv)
     if args.script:
         suite = [(args.script, extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"])]
@@ -171,16 +184,23 @@ def run_one(args, script: str, script_args: list) -> None:
             "profiler": [sys.executable, str(runner), "profiler", str(args.steps), script, *script_args],
             "seed": [sys.executable, str(runner), "seed", str(args.steps), script, *script_args],
         }
+        envs = {name: env for name in commands}
+        if args.all:
+            commands["profiler-steps"] = [sys.executable, str(runner), "profiler-steps", str(args.steps), script,
+                                          *script_args]
+            commands["opscope-inline"] = commands["opscope"]
+            envs["profiler-steps"] = env
+            envs["opscope-inline"] = dict(env, OPSCOPE_STEP_WRITER="inline")
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleave runs so machine noise hits all of them alike
             for name, cmd in commands.items():
-                times[name].append(timed(cmd, env, name))
+                times[name].append(timed(cmd, envs[name], name))
     med = {name: statistics.median(v) for name, v in times.items()}
     print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
           f"repeat: {args.repeat} (median wall seconds, whole process)")
     cpu = {name: statistics.median(CPU.pop(name)) for name in commands}
     print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}{'CPU s':>10}{'vs plain':>10}")
-    for name in ("plain", "opscope", "profiler", "seed"):
+    for name in [n for n in ("plain", "opscope", "opscope-inline", "profiler", "profiler-steps", "seed") if n in med]:
         print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x"
               f"{cpu[name]:>10.2f}{cpu[name] / cpu['plain']:>9.2f}x")
     print(f"opscope vs bare profiler: {med['opscope'] / med['profiler']:.2f}x; "

@@ -32,6 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opscope.atomic import write_atomic
 from opscope.capture.source import iter_tensors
 from opscope.knowledge import load as _load
 
@@ -491,10 +492,7 @@ class FakeRun(TorchDispatchMode):
                 "factory_fake_mb": self.factory_limit // 2**20}
 
     def write(self, capture_dir: Path) -> None:
-        path = Path(capture_dir) / FAKE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.summary(), default=str), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(Path(capture_dir) / FAKE_FILE, json.dumps(self.summary(), default=str))
 
 
 def _holds_fake(obj, fake_type, depth: int = 0) -> bool:

@@ -9,8 +9,11 @@ construction; read by ``analysis/dynamic_shapes.py``.
 from __future__ import annotations
 
 import functools
+import sys
 
+from opscope.capture.patches import Restore
 from opscope.knowledge import load
+from opscope.model import loader_key
 
 
 def _knowledge() -> dict:
@@ -93,3 +96,80 @@ def construction_site(user_code, frame) -> tuple[str | None, list[str]]:
     return None, libraries
 
 
+def install_dataloader_tagging(session) -> list:
+    """Batches from a DataLoader carry its construction line as their shape origin; each fetch is
+    labelled ``opscope.dataloader`` and counted (epochs, batches) for the partial-batch analysis.
+    Returns the patches to undo."""
+    import torch
+    from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+    record_function = getattr(torch._C._profiler, "record_functionFast", None)   # cheap profiler annotations
+    orig_init = DataLoader.__init__
+    orig_next = _BaseDataLoaderIter.__next__
+
+    def init(this, *args, **kwargs):
+        where, stack = construction_site(session.user_code, sys._getframe(1))
+        library = stack[0] if stack else None
+        this._opscope_site = loader_key(where, library) if where else None
+        this._opscope_where = (where, library)
+        out = orig_init(this, *args, **kwargs)
+        if this._opscope_site:
+            # what the analysis needs to say whether an epoch end (a partial last batch) was seen,
+            # and which collate function / sampler / framework sets the batches' shapes
+            info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
+                    # (a loader built from a batch sampler, as accelerate's are, has batch_size None)
+                    "batch_size": getattr(this, "batch_size", None)
+                    or getattr(getattr(this, "batch_sampler", None), "batch_size", None), "length": None,
+                    "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
+                    "iterators": 0, "where": where, "library": library, "built_in": stack,
+                    "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
+                    "sampler": describe_sampler(this)}
+            try:
+                info["length"] = int(len(this))
+            except Exception:  # an IterableDataset without __len__
+                pass
+            session.dataloaders[this._opscope_site] = info
+        return out
+
+    def next_(this):
+        session.safe_point()
+        if session.optimizer_seen:
+            session._end_update()
+        loader = getattr(this, "_opscope_loader_ref", None)
+        site = getattr(loader, "_opscope_site", None)
+        where, library = getattr(loader, "_opscope_where", (None, None))
+        info = session.dataloaders.get(site) if site else None
+        loading = session.tracker.begin_loading(where, library)
+        try:
+            if record_function is not None and session.prof is not None:
+                with record_function("opscope.dataloader"):
+                    batch = orig_next(this)
+            else:
+                batch = orig_next(this)
+        except StopIteration:
+            if info is not None:
+                info["epochs_finished"] += 1
+            raise
+        finally:
+            session.tracker.end_loading(loading)
+        if site and where:
+            if info is not None:
+                this._opscope_batches = getattr(this, "_opscope_batches", 0) + 1
+                info["batches"] = max(info["batches"], this._opscope_batches)
+            session.tracker.tag(batch, where, "loader", library)
+        return batch
+
+    orig_iter_init = _BaseDataLoaderIter.__init__
+
+    def iter_init(this, loader, *args, **kwargs):
+        this._opscope_loader_ref = loader
+        info = session.dataloaders.get(getattr(loader, "_opscope_site", None) or "")
+        if info is not None:
+            info["iterators"] += 1
+        return orig_iter_init(this, loader, *args, **kwargs)
+
+    DataLoader.__init__ = init   # type: ignore[method-assign,assignment]
+    _BaseDataLoaderIter.__next__ = next_   # type: ignore[method-assign]
+    _BaseDataLoaderIter.__init__ = iter_init   # type: ignore[method-assign,assignment]
+    return [Restore(DataLoader, "__init__", orig_init), Restore(_BaseDataLoaderIter, "__next__", orig_next),
+            Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]

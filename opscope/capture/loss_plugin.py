@@ -16,6 +16,8 @@ import random
 import weakref
 from pathlib import Path
 
+from opscope.atomic import write_atomic
+
 SEED_ENV = "OPSCOPE_E2E_SEED"
 FILE_NAME = "e2e_losses.json"
 
@@ -111,9 +113,7 @@ class LossRecorder:
         data = {"device": self.device, "seed": self.seed, "loss": self.losses, "grad_norm": self.grad_norms,
                 "backward_calls": self.backward_calls,
                 "loss_is": "mean of the backward() root values in the step (unscaled by GradScaler)"}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps(data))
 
 
 def install(ctx) -> None:

@@ -18,6 +18,8 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+from opscope.atomic import write_atomic
+
 NOISE_FILE = "noise.json"
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the opscope package
 _lock = threading.Lock()
@@ -70,12 +72,9 @@ class Noise:
             for kind, entry in self.kinds.items():
                 known = data.setdefault(kind, dict(entry, count=0))
                 known["count"] += entry["count"]
-            tmp = path.with_name(f"{NOISE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
             try:
-                tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-                tmp.replace(path)
+                write_atomic(path, json.dumps(data, indent=1))
             except OSError:   # a full or read-only disk: the notes are best effort, never the scan's failure
-                tmp.unlink(missing_ok=True)
                 return
         self.kinds = {}
 

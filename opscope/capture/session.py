@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from opscope.atomic import write_atomic
-from opscope.capture.loaders import construction_site, describe_callable, describe_sampler, samples_per_epoch
+from opscope.capture.loaders import install_dataloader_tagging
+from opscope.capture.patches import Restore
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter
-from opscope.model import loader_key
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
@@ -121,7 +121,7 @@ class CaptureSession:
         if self.compile_guard is not None:
             self.compile_guard.install()
         self._install_step_hooks()
-        self._install_dataloader_tagging()
+        self._hooks += install_dataloader_tagging(self)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()
@@ -297,7 +297,7 @@ class CaptureSession:
             return orig_opt_init(this, *args, **kwargs)
 
         Optimizer.__init__ = opt_init   # type: ignore[method-assign,assignment]
-        self._hooks.append(_Restore(Optimizer, "__init__", orig_opt_init))
+        self._hooks.append(Restore(Optimizer, "__init__", orig_opt_init))
 
         def pre(opt, args, kwargs):
             session._in_optimizer = True
@@ -359,7 +359,7 @@ class CaptureSession:
             return out
 
         torch.autograd.backward = autograd_backward
-        self._hooks.append(_Restore(torch.autograd, "backward", orig_autograd_backward))
+        self._hooks.append(Restore(torch.autograd, "backward", orig_autograd_backward))
         self._install_scaler_phases()
 
     # -- phases by what runs -------------------------------------------------------------
@@ -398,7 +398,7 @@ class CaptureSession:
             if original is None:
                 continue
             setattr(GradScaler, name, self._in_phase(original, "optimizer"))
-            self._hooks.append(_Restore(GradScaler, name, original))
+            self._hooks.append(Restore(GradScaler, name, original))
 
     # -- iterations without optimizer.step() ---------------------------------------------
     # A training iteration is forward + backward + parameter update.  Scripts that update
@@ -545,82 +545,6 @@ class CaptureSession:
             return self.step_marker
         return "optimizer" if self.optimizer_seen else "iteration"
 
-    def _install_dataloader_tagging(self) -> None:
-        """Batches from a DataLoader carry its construction line as their shape origin."""
-        from torch.utils.data import DataLoader
-        from torch.utils.data.dataloader import _BaseDataLoaderIter
-        session = self
-        orig_init = DataLoader.__init__
-        orig_next = _BaseDataLoaderIter.__next__
-
-        def init(this, *args, **kwargs):
-            where, stack = construction_site(session.user_code, _caller())
-            library = stack[0] if stack else None
-            this._opscope_site = loader_key(where, library) if where else None
-            this._opscope_where = (where, library)
-            out = orig_init(this, *args, **kwargs)
-            if this._opscope_site:
-                # what the analysis needs to say whether an epoch end (a partial last batch) was seen,
-                # and which collate function / sampler / framework sets the batches' shapes
-                info = {"drop_last": bool(getattr(this, "drop_last", kwargs.get("drop_last", False))),
-                        # (a loader built from a batch sampler, as accelerate's are, has batch_size None)
-                        "batch_size": getattr(this, "batch_size", None)
-                        or getattr(getattr(this, "batch_sampler", None), "batch_size", None), "length": None,
-                        "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
-                        "iterators": 0, "where": where, "library": library, "built_in": stack,
-                        "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
-                        "sampler": describe_sampler(this)}
-                try:
-                    info["length"] = int(len(this))
-                except Exception:  # an IterableDataset without __len__
-                    pass
-                session.dataloaders[this._opscope_site] = info
-            return out
-
-        def next_(this):
-            session.safe_point()
-            if session.optimizer_seen:
-                session._end_update()
-            loader = getattr(this, "_opscope_loader_ref", None)
-            site = getattr(loader, "_opscope_site", None)
-            where, library = getattr(loader, "_opscope_where", (None, None))
-            info = session.dataloaders.get(site) if site else None
-            loading = session.tracker.begin_loading(where, library)
-            try:
-                if _RecordFunction is not None and session.prof is not None:
-                    with _RecordFunction("opscope.dataloader"):
-                        batch = orig_next(this)
-                else:
-                    batch = orig_next(this)
-            except StopIteration:
-                if info is not None:
-                    info["epochs_finished"] += 1
-                raise
-            finally:
-                session.tracker.end_loading(loading)
-            if site and where:
-                if info is not None:
-                    this._opscope_batches = getattr(this, "_opscope_batches", 0) + 1
-                    info["batches"] = max(info["batches"], this._opscope_batches)
-                session.tracker.tag(batch, where, "loader", library)
-            return batch
-
-        orig_iter_init = _BaseDataLoaderIter.__init__
-
-        def iter_init(this, loader, *args, **kwargs):
-            this._opscope_loader_ref = loader
-            info = session.dataloaders.get(getattr(loader, "_opscope_site", None) or "")
-            if info is not None:
-                info["iterators"] += 1
-            return orig_iter_init(this, loader, *args, **kwargs)
-
-        DataLoader.__init__ = init   # type: ignore[method-assign,assignment]
-        _BaseDataLoaderIter.__next__ = next_   # type: ignore[method-assign]
-        _BaseDataLoaderIter.__init__ = iter_init   # type: ignore[method-assign,assignment]
-        self._hooks += [_Restore(DataLoader, "__init__", orig_init),
-                        _Restore(_BaseDataLoaderIter, "__next__", orig_next),
-                        _Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
-
 
 def _rss_mb() -> float:
     try:
@@ -628,18 +552,3 @@ def _rss_mb() -> float:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):  # not Linux: no memory guard
         return 0.0
-
-
-def _caller():
-    import sys
-    return sys._getframe(2)
-
-
-class _Restore:
-    """A removable monkey-patch, with the same ``remove()`` as torch hook handles."""
-
-    def __init__(self, owner, attr, original):
-        self.owner, self.attr, self.original = owner, attr, original
-
-    def remove(self):
-        setattr(self.owner, self.attr, self.original)
