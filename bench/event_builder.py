@@ -92,7 +92,7 @@ def main() -> int:
     n_events = sum(len(e) for e in steps)
     new_calls = [calls_from_kineto(e, i + 1, [], None) for i, e in enumerate(steps)]
     old_calls = [old(e, i + 1, [], None) for i, e in enumerate(steps)]
-    same = all([c.to_dict() for c in a] == [c.to_dict() for c in b] for a, b in zip(new_calls, old_calls))
+    same = all([c.to_dict() for c in a] == [c.to_dict() for c in b] for a, b in zip(new_calls, old_calls, strict=True))
     # alternate the order so neither version always runs on a warmer cache
     t_old, t_new = _time(old, steps, args.repeat), _time(calls_from_kineto, steps, args.repeat)
     t_new = min(t_new, _time(calls_from_kineto, steps, args.repeat))
