@@ -4,9 +4,9 @@
 builder that also serves trace files must not make it slower.  This records a few steps of
 a small ResNet-style net (conv, batch norm, residual adds, SGD) under the profiler the way
 a scan does (``record_shapes=True``, Kineto), then converts the same events with both
-versions and prints the median time of each and the ratio new / old:
+versions and prints the best of many alternating rounds of each and the ratio new / old:
 
-    python bench/event_builder.py [--baseline 4ab9d01] [--steps 3] [--repeat 15]
+    python bench/event_builder.py [--baseline 4ab9d01] [--steps 3] [--repeat 30]
 
 The baseline's ``opscope/capture/events.py`` is read with ``git show`` (run it in a checkout).
 Both versions get the same events; their OpCalls are compared too (count and names).
@@ -14,7 +14,6 @@ Both versions get the same events; their OpCalls are compared too (count and nam
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -68,21 +67,24 @@ def _record_steps(steps: int) -> list:
     return recorded
 
 
-def _time(fn, steps: list, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for i, events in enumerate(steps):
-            fn(events, i + 1, [], None)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _best_times(old, new, steps: list, repeat: int) -> tuple[float, float]:
+    """Best of ``repeat`` rounds each, the two versions alternating round by round (a shared,
+    loaded machine slows some rounds; the best one is the version's own cost)."""
+    best = {old: float("inf"), new: float("inf")}
+    for r in range(repeat):
+        for fn in ((old, new) if r % 2 else (new, old)):
+            t0 = time.process_time()
+            for i, events in enumerate(steps):
+                fn(events, i + 1, [], None)
+            best[fn] = min(best[fn], time.process_time() - t0)
+    return best[old], best[new]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=BASELINE, help="git ref of the old builder (default %(default)s)")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from opscope.capture.events import calls_from_kineto
@@ -93,10 +95,7 @@ def main() -> int:
     new_calls = [calls_from_kineto(e, i + 1, [], None) for i, e in enumerate(steps)]
     old_calls = [old(e, i + 1, [], None) for i, e in enumerate(steps)]
     same = all([c.to_dict() for c in a] == [c.to_dict() for c in b] for a, b in zip(new_calls, old_calls, strict=True))
-    # alternate the order so neither version always runs on a warmer cache
-    t_old, t_new = _time(old, steps, args.repeat), _time(calls_from_kineto, steps, args.repeat)
-    t_new = min(t_new, _time(calls_from_kineto, steps, args.repeat))
-    t_old = min(t_old, _time(old, steps, args.repeat))
+    t_old, t_new = _best_times(old, calls_from_kineto, steps, args.repeat)
     print(f"{len(steps)} steps, {n_events} events, {sum(map(len, new_calls))} calls; same OpCalls: {same}")
     print(f"old ({args.baseline}): {t_old * 1e3:.2f} ms   new: {t_new * 1e3:.2f} ms   "
           f"per event: {t_old / n_events * 1e6:.2f} / {t_new / n_events * 1e6:.2f} µs   new/old = {t_new / t_old:.3f}")

@@ -21,9 +21,17 @@ def is_operator(name: str) -> bool:
     return "::" in name and not name.startswith(BOOKKEEPING_PREFIXES) and " " not in name.split("::", 1)[0]
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def _jsonable(value):
     if isinstance(value, list):
-        return [v if isinstance(v, (int, float, str, bool)) or v is None else _jsonable(v) for v in value]
+        for v in value:
+            if type(v) not in _PLAIN:
+                break
+        else:   # the common case, a list of dimensions: the profiler made it for us, keep it
+            return value
+        return [v if type(v) in _PLAIN else _jsonable(v) for v in value]
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
     if isinstance(value, tuple):

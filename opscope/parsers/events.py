@@ -1,10 +1,12 @@
 """Turn Chrome-trace events (torch, Kineto CUDA, Ascend) into a Profile.
 
-One builder serves every trace flavour: it nests host events per thread by time,
-keeps ATen-level operators, folds backend-private work (``mkldnn_*``, ``aclnn*``,
-TBE kernels, NPU runtime events) into the enclosing operator, assigns phase and step
-from the enclosing annotations, and charges device kernels to the operator that
-launched them (via launch flows or correlation ids).
+This is the trace-file adapter of ``opscope.parsers.calls`` (whose builder live capture
+uses too): it validates each event as it reads it into the builder's normalised record,
+says as data how trace names read (``parsers/rules.yaml``: operators, backend-private
+work such as ``mkldnn_*``, ``aclnn*``, TBE kernels and NPU runtime events, phase and step
+annotations; a rounded clock), and charges device kernels to the operator that launched
+them (via launch flows or correlation ids), with the collectives, copies and inserted
+kernels only traces have.
 """
 from __future__ import annotations
 
