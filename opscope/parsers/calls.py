@@ -33,7 +33,12 @@ MODE = 4        # a Python dispatch mode implementing the enclosing operator: wh
 
 @dataclass(frozen=True)
 class Reading:
-    """How one source's events are read (the only per-source part of building calls)."""
+    """How one source's events are read (the only per-source part of building calls).
+
+    The flags keep each source's established results (scan.json and diff output did not
+    change when the two builders became this one): a trace's clock is rounded, and it lists
+    a folded kernel's whole subtree among its operator's children, capture the kernel alone.
+    """
     classify: Callable[[str], int]            # name -> OPERATOR | PRIVATE | MARK | TABLE | MODE
     details: Callable[[tuple], tuple]         # record -> (shapes, dtypes, scalars, source) of an operator
     phase_of: Callable[[str], str | None]     # the phase a MARK opens, if any
