@@ -59,6 +59,9 @@ class _Record:
             self.unknown_fields = dict(fields)   # type: ignore[misc]  # only where there is a __dict__
 
 
+HOST, DEVICE, IMPORT = "host", "device", "import"   # OpCall.device values (HOST_BATCH below)
+
+
 @dataclass(slots=True)   # a capture holds one per distinct call of every step: keep them small
 class OpCall(_Record):
     """One operator invocation as recorded by a profiler (or parsed from a trace).
@@ -70,6 +73,19 @@ class OpCall(_Record):
     under ``trainer.train()``), None when the user's own line made it.
     ``origin`` is ``file:line`` of the line that produced the tensor whose shape this
     call inherits (used to find dynamic-shape root causes).
+
+    ``device`` says where the call's work ran, one vocabulary for capture and every trace
+    format (``opscope.parsers.calls`` builds both); which accelerator is the profile's
+    ``device`` (cpu/cuda/npu), not the call's:
+    ``DEVICE`` ("device"): on the accelerator: it touched tensors the script put there
+    (capture) or launched device tasks (capture and traces);
+    ``HOST`` ("host"): on the host CPU: the job's host work, or in a trace an operator with
+    no device task or with CPU-fallback evidence;
+    ``IMPORT`` ("import", capture only): host work while a library was being imported;
+    ``HOST_BATCH`` ("host-batch", capture only): host work whose result the script then
+    moved to its accelerator (data preparation).
+    The last two are host work too, told apart because analysis treats them differently.
+    Profiles built before this vocabulary said "cpu"/"cuda"/"npu" here; no scan.json holds it.
     """
     name: str
     overload: str | None = None
@@ -90,9 +106,7 @@ class OpCall(_Record):
     seq_nr: int = -1
     start_us: float = 0.0
     children: list[str] = field(default_factory=list)
-    device: str = "host"   # "device": touched tensors the script put on its accelerator; "import": ran
-    #                        on host tensors while a library was being imported; HOST_BATCH: host
-    #                        work whose result the script then moved to its accelerator (a batch)
+    device: str = "host"   # where it ran: DEVICE, HOST, IMPORT or HOST_BATCH (see above)
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
     #                        "# of Calls", a scan operator's share of a step); times are summed

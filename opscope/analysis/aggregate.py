@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 from statistics import median
 
 from opscope.analysis.overloads import overload_for
-from opscope.model import HOST_BATCH, OpCall, Operator
+from opscope.model import DEVICE, HOST_BATCH, IMPORT, OpCall, Operator
 
 TRAINING_PHASES = ("forward", "backward", "optimizer")
 
@@ -54,8 +54,8 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
         for child in call.children:
             g["children"].setdefault(child, None)
         g["steps"].add(call.step)
-        g["on_device"] = g["on_device"] or call.device == "device"
-        g["import"] = g["import"] and call.device == "import"
+        g["on_device"] = g["on_device"] or call.device == DEVICE
+        g["import"] = g["import"] and call.device == IMPORT
         g["per_step"][call.step] += call.self_time_us
     operators = []
     for g in groups.values():

@@ -2,13 +2,16 @@
 
 We read ``prof.profiler.kineto_results.events()`` directly instead of
 ``prof.events()``/``key_averages()``: it is several times faster and keeps what we
-need (shapes, dtypes, concrete scalars, sequence numbers).  Nesting is rebuilt per
+need (shapes, dtypes, concrete scalars, sequence numbers).  This module is only the
+Kineto adapter: each event's fields are read once into the normalised record of
+``opscope.parsers.calls``, whose builder (the same one trace files use) nests them per
 thread from timestamps, like the profiler's own FunctionEvent tree.
 """
 from __future__ import annotations
 
 from opscope.knowledge import is_backend_private
-from opscope.model import HOST_BATCH, OpCall, freeze
+from opscope.model import OpCall, freeze
+from opscope.parsers.calls import MARK, MODE, OPERATOR, PRIVATE, TABLE, CallBuilder, Reading
 
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
 
@@ -18,9 +21,17 @@ def is_operator(name: str) -> bool:
     return "::" in name and not name.startswith(BOOKKEEPING_PREFIXES) and " " not in name.split("::", 1)[0]
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def _jsonable(value):
     if isinstance(value, list):
-        return [v if isinstance(v, (int, float, str, bool)) or v is None else _jsonable(v) for v in value]
+        for v in value:
+            if type(v) not in _PLAIN:
+                break
+        else:   # the common case, a list of dimensions: the profiler made it for us, keep it
+            return value
+        return [v if type(v) in _PLAIN else _jsonable(v) for v in value]
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
     if isinstance(value, tuple):
@@ -42,125 +53,57 @@ def _phase_from(name: str) -> str | None:
     return None
 
 
-# above complexity 15: per-event dispatch over every kind of profiler event
-def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:  # noqa: C901
-    """Build OpCalls for one step.
+def _classify(name: str) -> int:
+    if name.startswith("opscope#"):
+        return TABLE
+    if name == "PythonDispatchMode":
+        # a Python dispatch mode (--mode fake's fake tensors) implementing the enclosing operator: what
+        # it runs inside is its own bookkeeping, not operators of the job
+        return MODE
+    if not is_operator(name):
+        return MARK
+    return PRIVATE if is_backend_private(name) else OPERATOR
+
+
+def _details(rec: tuple) -> tuple:
+    e = rec[6]
+    return _jsonable(e.shapes()), list(e.dtypes()), _jsonable(e.concrete_inputs()), None
+
+
+# Kineto's clock is exact (ns); a backend-private kernel is listed in its operator's children by this label
+KINETO = Reading(classify=_classify, details=_details, phase_of=_phase_from, per_us=1000.0,
+                 private_label="{} (backend-private)", backward_sources=True)
+
+
+def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
+    """Build OpCalls for one step (the kineto adapter of ``opscope.parsers.calls``).
 
     ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids,
     library line).
     Backward ops get the source of the forward op with the same sequence number.
     """
-    cpu, device = [], []
+    threads: dict[int, list] = {}
+    device = []
     for e in events:
         if str(e.device_type()).endswith("CPU"):
-            cpu.append(e)
+            tid = e.start_thread_id()
+            rec = (e.start_ns(), e.duration_ns(), e.name(), e.sequence_nr(), e.correlation_id(), step, e)
+            records = threads.get(tid)
+            if records is None:
+                threads[tid] = [rec]
+            else:
+                records.append(rec)
         else:
             device.append(e)
-    cpu.sort(key=lambda e: (e.start_thread_id(), e.start_ns(), -e.duration_ns()))
-    calls: list[OpCall] = []
-    by_corr: dict[int, OpCall] = {}
-    seq_source: dict[int, tuple] = {}
-    # Each open range carries the context its descendants inherit, so looking up the
-    # enclosing op/annotation/phase is O(1): (end_ns, parent op, annotation, phase,
-    # backward sequence number, inside a backend-private kernel)
-    root = (None, None, None, None, False)
-    stack: list[tuple] = []
-    thread = None
-    pending_backward: list[tuple[OpCall, int]] = []
-    launch_owner: dict[int, OpCall] = {}
-    for e in cpu:
-        tid = e.start_thread_id()
-        if tid != thread:
-            stack.clear()
-            thread = tid
-        start = e.start_ns()
-        dur = e.duration_ns()
-        end = start + dur
-        while stack and stack[-1][0] <= start:
-            stack.pop()
-        parent_op, ann, ph, bw_seq, private = stack[-1][1] if stack else root
-        name = e.name()
-        if name.startswith("opscope#"):
-            try:
-                ann = table_entries[int(name[8:])]
-            except (ValueError, IndexError):
-                pass
-            stack.append((end, (parent_op, ann, ph, bw_seq, private)))
-            continue
-        if name == "PythonDispatchMode":
-            # a Python dispatch mode (--mode fake's fake tensors) implementing the enclosing operator: what
-            # it runs inside is its own bookkeeping, not operators of the job.  Only inside an operator:
-            # a mode's range may outlive the torch call that opened it (a value read under a phase range),
-            # and what follows it is the job's work again
-            stack.append((end, (parent_op, ann, ph, bw_seq, private or parent_op is not None)))
-            continue
-        if not is_operator(name):
-            if parent_op is not None:  # e.g. cudaLaunchKernel: its kernel belongs to this op
-                launch_owner[e.correlation_id()] = parent_op
-            phase = _phase_from(name)
-            if phase is not None:
-                ph = phase
-                if phase == "backward":
-                    bw_seq = e.sequence_nr()
-            stack.append((end, (parent_op, ann, ph, bw_seq, private)))
-            continue
-        if private:
-            # inside a backend-private kernel: its time is already in the public ancestor
-            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
-            continue
-        if is_backend_private(name):
-            if parent_op is not None:
-                label = f"{name} (backend-private)"
-                if label not in parent_op.children:
-                    parent_op.children.append(label)
-            stack.append((end, (parent_op, ann, ph, bw_seq, True)))
-            continue
-        phase = ph or "forward"
-        host_batch = ann is not None and ann[3] == HOST_BATCH
-        if host_batch:   # host work whose result the script then moved to the device: data preparation
-            phase = "other"
-        seq_nr = e.sequence_nr()
-        op = OpCall(
-            name=name,
-            input_shapes=_jsonable(e.shapes()),
-            dtypes=list(e.dtypes()),
-            scalars=_jsonable(e.concrete_inputs()),
-            self_time_us=dur / 1000.0,
-            total_time_us=dur / 1000.0,
-            phase=phase,
-            parent=parent_op.name if parent_op is not None else None,
-            source=ann[0] if ann else None,
-            origin=ann[1] if ann else None,
-            origin_cause=ann[2] if ann else None,
-            device=ann[3] if ann else "host",
-            origins=list(ann[4]) if ann and len(ann) > 4 else [],
-            library=ann[5] if ann and len(ann) > 5 else None,
-            step=step,
-            thread=tid,
-            seq_nr=seq_nr,
-            start_us=start / 1000.0,
-        )
-        if parent_op is not None:
-            parent_op.self_time_us -= op.total_time_us
-            if name not in parent_op.children:
-                parent_op.children.append(name)
-        if phase == "forward" and seq_nr >= 0 and op.source:
-            # ops that create no autograd node also record the *current* sequence number;
-            # the node's creator is the last op recorded with it, so later ones win
-            seq_source[seq_nr] = (op.source, op.origin, op.origin_cause, op.device, op.origins, op.library)
-        if phase == "backward" and bw_seq is not None:
-            pending_backward.append((op, bw_seq))
-        calls.append(op)
-        by_corr[e.correlation_id()] = op
-        stack.append((end, (op, ann, ph, bw_seq, False)))
-    for op, seq in pending_backward:
-        src = seq_source.get(seq)
-        if src:  # a backward op belongs to the line of the forward op that created its node
-            op.source, op.origin, op.origin_cause, op.device, op.origins, op.library = src
-    _attach_device_time(device, by_corr, launch_owner)
-    for op in calls:
-        op.self_time_us = max(op.self_time_us, 0.0)
-    return calls
+    builder = CallBuilder(KINETO, table_entries)
+    for tid in sorted(threads):
+        builder.add_thread(threads[tid], tid)
+    builder.close()
+    for k in device:   # kernel time to the op that launched it (runtime launch -> enclosing op)
+        owner = builder.owner_of_launch(k.linked_correlation_id())
+        if owner is not None:
+            builder.charge(owner, k.duration_ns() / 1000.0)
+    return builder.finish()
 
 
 def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
@@ -200,13 +143,3 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
                 setattr(c, name, shared.setdefault(value, value))
         c.seq_nr, c.start_us = -1, 0.0   # only needed while nesting this step's events
     return list(folded.values())
-
-
-
-def _attach_device_time(device_events, by_corr: dict, launch_owner: dict) -> None:
-    """Add kernel time to the op that launched it (runtime launch -> enclosing op)."""
-    for k in device_events:
-        owner = launch_owner.get(k.linked_correlation_id()) or by_corr.get(k.linked_correlation_id())
-        if owner is not None:
-            owner.device_time_us += k.duration_ns() / 1000.0
-            owner.device = "device"

@@ -1,10 +1,12 @@
 """Turn Chrome-trace events (torch, Kineto CUDA, Ascend) into a Profile.
 
-One builder serves every trace flavour: it nests host events per thread by time,
-keeps ATen-level operators, folds backend-private work (``mkldnn_*``, ``aclnn*``,
-TBE kernels, NPU runtime events) into the enclosing operator, assigns phase and step
-from the enclosing annotations, and charges device kernels to the operator that
-launched them (via launch flows or correlation ids).
+This is the trace-file adapter of ``opscope.parsers.calls`` (whose builder live capture
+uses too): it validates each event as it reads it into the builder's normalised record,
+says as data how trace names read (``parsers/rules.yaml``: operators, backend-private
+work such as ``mkldnn_*``, ``aclnn*``, TBE kernels and NPU runtime events, phase and step
+annotations; a rounded clock), and charges device kernels to the operator that launched
+them (via launch flows or correlation ids), with the collectives, copies and inserted
+kernels only traces have.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 from typing import Any
 
-from opscope.model import OpCall, Profile, Step, freeze
+from opscope.model import Profile, freeze
 from opscope.parsers.base import FormatError
+from opscope.parsers.calls import MARK, OPERATOR, PRIVATE, CallBuilder, Reading
 from opscope.parsers.device_steps import step_breakdown
 from opscope.parsers.rules import rules as load_rules
 
@@ -23,6 +26,7 @@ HOST_CATEGORIES = {"cpu_op", "user_annotation", "Operator", "operator"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime"}
 EPS = 0.01  # µs tolerance when nesting events whose times were rounded
 _KEPT_PHASES = frozenset({"X", "s", "f", "M"})
+_KINDS = {"op": OPERATOR, "private": PRIVATE, "annotation": MARK}   # rules.kind -> the builder's kinds
 
 
 MAX_TIME_US = 1e18      # |ts| and dur in µs: 30,000 years; beyond is corruption, not a profile
@@ -152,7 +156,8 @@ class ProfileBuilder:
         self.source_format = source_format
         self.path = str(path) if path is not None else None
         self.clock = _Clock()
-        # (pid, tid) -> [(ts, dur, name, shapes, dtypes, scalars, seq, stack, file_step)]
+        # (pid, tid) -> records of opscope.parsers.calls: (ts, dur, name, seq, None, file_step,
+        #                                                   shapes, dtypes, scalars, stack)
         self.host: dict[tuple, list] = defaultdict(list)
         self.maybe_kernels: list = []                           # (pid, tid, ts, dur, name, cat, corr, info)
         self.runtime: dict = {}                                 # correlation -> (pid, tid, ts)
@@ -216,12 +221,14 @@ class ProfileBuilder:
                         if stack is not None and not isinstance(stack, str) and not (
                                 isinstance(stack, list) and all(isinstance(f, str) for f in stack)):
                             raise ValueError("'Call stack' is neither a string nor a list of strings")
+                        seq = args.get("Sequence number", -1)
                         host[(pid, tid)].append(
                             (clock(ev.get("ts", 0)), _duration(ev.get("dur")),
                              share(_text(ev.get("name", ""), "name")),
+                             int(seq) if isinstance(seq, int) else -1, None, file_step,
                              self._shapes(dims) if dims is not None else None,
                              self._dtypes(args.get("Input type")), share(_list(args.get("Concrete Inputs"))),
-                             args.get("Sequence number", -1), stack, file_step))
+                             stack))
                     elif cat in RUNTIME_CATEGORIES:
                         corr = _ident(args.get("correlation"))
                         if corr is not None:
@@ -289,6 +296,15 @@ class ProfileBuilder:
             hit = self._shared[key] = raw
         return hit
 
+    def _details(self, rec: tuple) -> tuple:
+        """(shapes, dtypes, scalars, source) of an operator's record."""
+        shapes, dtypes, scalars, call_stack = rec[6], rec[7], rec[8], rec[9]
+        shapes = shapes if shapes is not None else []
+        dtypes = dtypes if dtypes is not None else []
+        if len(shapes) > len(dtypes) and not any(shapes[len(dtypes):]):
+            shapes = shapes[:len(dtypes)]   # Ascend terminates each entry with ';'
+        return shapes, dtypes, scalars or [], self._source(call_stack) if call_stack else None
+
     @staticmethod
     def _source(stack) -> str | None:
         if not stack:
@@ -322,84 +338,22 @@ class ProfileBuilder:
         self.maybe_kernels = []
         device = "npu" if device_pids else ("cuda" if kernels else "cpu")
 
-        calls: list[OpCall] = []
-        steps: dict[int, Step] = {}
-        fallback = defaultdict(set)            # call index -> evidence names
-        thread_index = {}                      # (pid, tid) -> (starts, ends, owners)
-        windows = []                           # (start, end, step) of step annotations
-        parent_of: list[int] = []              # call index -> index of its parent operator (-1: none)
-        kind_of = rules.kind
+        reading = Reading(classify=lambda name: _KINDS[rules.kind(name)], details=self._details,
+                          phase_of=rules.phase_of_annotation, step_of=rules.step_of_annotation, eps=EPS,
+                          fold_all=True, fold_orphans=False,
+                          fallback_child=rules.is_fallback_child if device != "cpu" else None)
+        builder = CallBuilder(reading, index_threads=True)
         for thread in list(self.host):
-            evs = self.host.pop(thread)
-            evs.sort(key=lambda e: (e[0], -e[1]))
             default_phase = ("backward" if thread in self.bwd_threads and thread not in self.fwd_threads
                              else "forward")
-            tid = thread[1] if isinstance(thread[1], int) else 0
-            starts: list = []
-            ends: list = []
-            owners: list[int | None] = []
-            stack: list[tuple] = []            # (end, owner, phase, step, folded)
-            for ts, dur, name, shapes, dtypes, scalars, seq, call_stack, fstep in evs:
-                end = ts + dur
-                while stack and end > stack[-1][0] + EPS:
-                    stack.pop()
-                if stack:
-                    _pend, owner, phase, step, folded = stack[-1]
-                else:
-                    owner, phase, step, folded = None, default_phase, fstep, False
-                kind = "private" if folded else kind_of(name)
-                if owner is not None and kind == "annotation":
-                    kind = "private"            # un-namespaced work nested in an operator
-                if kind == "annotation":
-                    phase = rules.phase_of_annotation(name) or phase
-                    step_no = rules.step_of_annotation(name)
-                    if step_no is not None:
-                        step = step_no
-                        windows.append((ts, end, step_no))
-                        steps.setdefault(step_no, Step(index=step_no)).duration_us += dur
-                    node: tuple[Any, int | None, Any, Any, bool] = (end, None, phase, step, False)
-                elif kind == "private":
-                    if owner is not None:
-                        children = calls[owner].children
-                        if name not in children:
-                            children.append(name)
-                        if device != "cpu" and rules.is_fallback_child(name):
-                            fallback[owner].add(name)
-                    node = (end, owner, phase, step, owner is not None)
-                else:
-                    if owner is not None:
-                        pcall = calls[owner]
-                        pcall.self_time_us -= dur
-                        if name not in pcall.children:
-                            pcall.children.append(name)
-                    shapes = shapes if shapes is not None else []
-                    dtypes = dtypes if dtypes is not None else []
-                    if len(shapes) > len(dtypes) and not any(shapes[len(dtypes):]):
-                        shapes = shapes[:len(dtypes)]   # Ascend terminates each entry with ';'
-                    calls.append(OpCall(
-                        name=name, input_shapes=shapes, dtypes=dtypes, scalars=scalars or [],
-                        self_time_us=dur, total_time_us=dur, phase=phase,
-                        parent=calls[owner].name if owner is not None else None,
-                        source=self._source(call_stack) if call_stack else None, step=step or 0, thread=tid,
-                        seq_nr=int(seq) if isinstance(seq, int) else -1, start_us=ts, device="cpu"))
-                    parent_of.append(owner if owner is not None else -1)
-                    node = (end, len(calls) - 1, phase, step, False)
-                    if step:
-                        steps.setdefault(step, Step(index=step)).op_calls += 1
-                stack.append(node)
-                starts.append(ts)
-                ends.append(end)
-                owners.append(node[1])
-            thread_index[thread] = (starts, ends, owners)
-
+            builder.add_thread(self.host.pop(thread), thread[1] if isinstance(thread[1], int) else 0,
+                               thread_key=thread, default_phase=default_phase)
+        builder.close()
+        calls, steps, windows = builder.calls, builder.steps, builder.windows
         _steps_by_time(calls, windows, steps)
         unattributed, inserted, tasks, collectives, copies = self._attach_kernels(
-            kernels, thread_index, calls, device, comm_threads, windows)
-        for idx in fallback:
-            calls[idx].device = "cpu"
-        for call in calls:
-            if call.self_time_us < 0:
-                call.self_time_us = 0.0
+            kernels, builder, comm_threads, windows)
+        builder.finish()
         device_steps = step_breakdown(tasks, {w[2]: (w[0], w[1]) for w in windows}) if tasks else []
         prof = Profile(calls=calls, steps=[steps[k] for k in sorted(steps)], device=device,
                        source_format=self.source_format, path=self.path)
@@ -411,9 +365,9 @@ class ProfileBuilder:
             "clock_base_us": self.clock.base,
             "device_steps": device_steps,
             "collectives": collectives,
-            "transfer_calls": _transfer_chains(copies, calls, parent_of, rules),
+            "transfer_calls": _transfer_chains(copies, calls, builder.parent_of, rules),
             "fallback_evidence": [{"op": calls[i].name, "evidence": sorted(n), "step": calls[i].step}
-                                  for i, n in sorted(fallback.items())],
+                                  for i, n in sorted(builder.fallback.items())],
         })
         return prof
 
@@ -437,13 +391,14 @@ class ProfileBuilder:
             i -= 1
         return owners[i] if i >= 0 else None
 
-    def _attach_kernels(self, kernels, thread_index, calls, device, comm_threads, windows):
+    def _attach_kernels(self, kernels, builder: CallBuilder, comm_threads, windows):
         """Charge each device task to the operator that launched it: launch flows first,
         then time containment (a collective's sub-tasks on the communication stream lie
         inside it).  Compute, communication and copy tasks count as the operator's device
         time; stream bookkeeping (event record/wait) and collective sub-tasks do not.
         Returns (unattributed µs, NPU-inserted kernels, per-step tasks, collectives)."""
         rules = self.rules
+        calls, thread_index = builder.calls, builder.thread_index
         unattributed = 0.0
         inserted: defaultdict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "device_time_us": 0.0,
                                                                            "ops": Counter()})
@@ -472,8 +427,7 @@ class ProfileBuilder:
             if owner is None:
                 unattributed += dur
             else:
-                calls[owner].device_time_us += dur
-                calls[owner].device = device
+                builder.charge(owner, dur)
             step = calls[owner].step if owner is not None else 0
             if not step and step_windows:
                 i = bisect.bisect_right(window_starts, ts) - 1

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from opscope.errors import InputError
-from opscope.model import OpCall, Profile, ScanResult
+from opscope.model import DEVICE, HOST, IMPORT, OpCall, Profile, ScanResult
 from opscope.parsers.base import FormatError
 from opscope.parsers.events import ProfileBuilder
 from opscope.parsers.stream import TraceReader
@@ -69,6 +69,7 @@ def _calls_from_operators(scan: ScanResult) -> list[OpCall]:
     calls = []
     for op in scan.operators:
         n = max(op.calls, 1)
+        device = DEVICE if op.on_device else (IMPORT if op.import_time else HOST)
         steps = sorted(set(op.steps)) or [0]
         share, extra = divmod(n, len(steps))
         for k, step in enumerate(steps):
@@ -80,5 +81,5 @@ def _calls_from_operators(scan: ScanResult) -> list[OpCall]:
                                 total_time_us=op.total_time_us * count / n,
                                 device_time_us=op.device_time_us * count / n,
                                 phase=op.phase, parent=op.parent, source=op.source,
-                                step=step, device=scan.device, count=count))
+                                step=step, device=device, count=count))
     return calls

@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from opscope.model import OpCall, Profile, Step
+from opscope.model import DEVICE, HOST, OpCall, Profile, Step
 from opscope.parsers.base import FormatError
 from opscope.parsers.rules import rules as load_rules
 
@@ -142,7 +142,7 @@ def load_text_table(path) -> Profile:
                 continue
             call.step = step_no
             if call.device_time_us:
-                call.device = device
+                call.device = DEVICE
             calls.append(call)
         total = totals.get("CPU") or 0.0
         steps.append(Step(index=step_no, duration_us=total, op_calls=op_calls))
@@ -167,7 +167,7 @@ def _row_call(row, name_i, calls_i, self_i, total_i, dev_i, shapes_i, rules) -> 
     dev_us = (_time_us(row[dev_i]) or 0.0) if dev_i is not None else 0.0
     shapes = _shapes(row[shapes_i]) if shapes_i is not None and row[shapes_i] else []
     return count, OpCall(name=row[name_i], input_shapes=shapes, self_time_us=self_us, total_time_us=total_us,
-                         device_time_us=dev_us, device="cpu", count=count)
+                         device_time_us=dev_us, device=HOST, count=count)
 
 
 def _shapes(cell: str) -> list:

@@ -1,0 +1,224 @@
+"""The one event -> ``OpCall`` builder, for live profiler events and trace files alike.
+
+Each source has an adapter that turns its events into one normalised record per host
+event, a plain tuple (cheap: the live path runs once per captured step)::
+
+    (start, duration, name, sequence nr, correlation id, step, *detail)
+
+times in the source's unit (``Reading.per_us`` of them make a µs), ``detail`` whatever
+the adapter's ``details`` needs to give an operator its (shapes, dtypes, scalars, source).
+The adapter also says, as data (``Reading``), what its names mean (``classify``), which
+names open a phase or a step, and how its clock nests ranges.  ``CallBuilder`` does the
+rest the same way for every source: nesting per thread, the enclosing operator
+(``parent``/``children``/self time), annotations (``opscope#N`` source table entries,
+phase and step ranges), backend-private kernels folded into their public operator, device
+time, and the ``device`` vocabulary documented on ``OpCall`` (``HOST``/``DEVICE`` here).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opscope.model import DEVICE, HOST, HOST_BATCH, OpCall, Step
+
+# what an event is, decided once per distinct name by the source's ``classify``
+OPERATOR = 0    # a dispatcher operator: becomes an OpCall
+PRIVATE = 1     # a backend's own kernel (mkldnn_*, aclnn*): its time belongs to the enclosing operator
+MARK = 2        # a range that is no operator (annotation, runtime call): may open a phase or a step
+TABLE = 3       # ``opscope#N``: the capture's source-table entry N applies inside it
+MODE = 4        # a Python dispatch mode implementing the enclosing operator: what runs inside is its own
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How one source's events are read (the only per-source part of building calls).
+
+    The flags keep each source's established results (scan.json and diff output did not
+    change when the two builders became this one): a trace's clock is rounded, and it lists
+    a folded kernel's whole subtree among its operator's children, capture the kernel alone.
+    """
+    classify: Callable[[str], int]            # name -> OPERATOR | PRIVATE | MARK | TABLE | MODE
+    details: Callable[[tuple], tuple]         # record -> (shapes, dtypes, scalars, source) of an operator
+    phase_of: Callable[[str], str | None]     # the phase a MARK opens, if any
+    step_of: Callable[[str], int | None] | None = None   # the step a MARK marks (trace files)
+    per_us: float = 1.0
+    # None: exact clock, a range is closed once the next event starts at or after its end;
+    # a number: rounded clock, a range is closed once the next event ends past its end + eps
+    eps: float | None = None
+    private_label: str = "{}"                 # how a folded kernel is listed in its operator's children
+    fold_all: bool = False                    # inside a folded kernel every event is the operator's detail
+    fold_orphans: bool = True                 # a backend-private kernel outside any operator folds too
+    backward_sources: bool = False            # backward ops take the source of their forward op (seq nr)
+    fallback_child: Callable[[str], bool] | None = None   # a child that is evidence of a CPU fallback
+
+
+class CallBuilder:
+    """Feed each thread's records (``add_thread``), ``close``, charge device time (``charge``), ``finish``."""
+
+    def __init__(self, reading: Reading, table: list | tuple = (), index_threads: bool = False):
+        self.reading = reading
+        self.table = table
+        self.calls: list[OpCall] = []
+        self.parent_of: list[int] = []            # call index -> its parent operator's index (-1: none)
+        self.by_corr: dict = {}                   # correlation id -> operator index
+        self.launch_owner: dict = {}              # correlation id of a launch inside an operator -> its index
+        self.thread_index: dict | None = {} if index_threads else None  # thread -> (starts, ends, owners)
+        self.windows: list = []                   # (start, end, step) of step ranges
+        self.steps: dict[int, Step] = {}
+        self.fallback: defaultdict[int, set] = defaultdict(set)  # call index -> fallback evidence names
+        self._kinds: dict[str, int] = {}
+        self._seq_source: dict[int, tuple] = {}
+        self._pending_backward: list[tuple[OpCall, int]] = []
+
+    # above complexity 15: one pass over every kind of host event, kept inline for the live path's speed
+    def add_thread(self, records: list, thread: int, thread_key: Any = None,  # noqa: C901
+                   default_phase: str | None = None) -> None:
+        """Nest one thread's records (sorted here by start, longest first) into OpCalls."""
+        reading = self.reading
+        classify, kinds = reading.classify, self._kinds
+        details, phase_of, step_of = reading.details, reading.phase_of, reading.step_of
+        per_us, eps = reading.per_us, reading.eps
+        fold_all, fold_orphans, label = reading.fold_all, reading.fold_orphans, reading.private_label
+        fallback_child = reading.fallback_child
+        backward_sources = reading.backward_sources
+        calls, parent_of, by_corr, launch_owner = self.calls, self.parent_of, self.by_corr, self.launch_owner
+        table, steps = self.table, self.steps
+        seq_source, pending = self._seq_source, self._pending_backward
+        thread_index = self.thread_index
+        starts: list = []
+        ends: list = []
+        owners: list = []
+        records.sort(key=lambda r: (r[0], -r[1]))
+        # each open range: (end, context its descendants inherit), the context being
+        # (operator index or None, table entry, phase, step, backward seq nr, inside a folded kernel)
+        stack: list[tuple] = []
+        for rec in records:
+            start, dur, name, seq, corr = rec[0], rec[1], rec[2], rec[3], rec[4]
+            end = start + dur
+            if eps is None:
+                while stack and stack[-1][0] <= start:
+                    stack.pop()
+            else:
+                while stack and end > stack[-1][0] + eps:
+                    stack.pop()
+            if stack:
+                ctx = stack[-1][1]
+                owner, ann, ph, step, bw_seq, folded = ctx
+            else:
+                owner, ann, ph, step, bw_seq, folded = None, None, default_phase, rec[5], None, False
+                ctx = (owner, ann, ph, step, bw_seq, folded)
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = classify(name)
+            if fold_all and (folded or (kind == MARK and owner is not None)):
+                kind = PRIVATE      # an annotation inside an operator is that operator's detail
+            if kind == TABLE:
+                try:
+                    ann = table[int(name[8:])]
+                except (ValueError, IndexError):
+                    pass
+                ctx = (owner, ann, ph, step, bw_seq, folded)
+            elif kind == MODE:
+                # only inside an operator: a mode's range may outlive the torch call that opened it
+                # (a value read under a phase range), and what follows it is the job's work again
+                ctx = (owner, ann, ph, step, bw_seq, folded or owner is not None)
+            elif kind == MARK:
+                if owner is not None and corr is not None:   # e.g. cudaLaunchKernel: its kernel is this op's
+                    launch_owner[corr] = owner
+                phase = phase_of(name)
+                if phase is not None:
+                    ph = phase
+                    if phase == "backward":
+                        bw_seq = seq
+                if step_of is not None:
+                    step_no = step_of(name)
+                    if step_no is not None:
+                        step = step_no
+                        self.windows.append((start, end, step_no))
+                        steps.setdefault(step_no, Step(index=step_no)).duration_us += dur / per_us
+                ctx = (owner, ann, ph, step, bw_seq, folded)
+            elif folded and not fold_all:
+                pass                # an operator inside a folded kernel: its time is already in the owner
+            elif kind == PRIVATE:
+                if owner is not None:
+                    children = calls[owner].children
+                    child = label.format(name)
+                    if child not in children:
+                        children.append(child)
+                    if fallback_child is not None and fallback_child(name):
+                        self.fallback[owner].add(name)
+                if owner is not None or fold_orphans:
+                    ctx = (owner, ann, ph, step, bw_seq, True)
+            else:
+                phase = ph or "forward"
+                if ann is not None and ann[3] == HOST_BATCH:
+                    phase = "other"     # host work whose result the script then moved to the device
+                shapes, dtypes, scalars, source = details(rec)
+                op = OpCall(
+                    name=name, input_shapes=shapes, dtypes=dtypes, scalars=scalars,
+                    self_time_us=dur / per_us, total_time_us=dur / per_us, phase=phase,
+                    parent=calls[owner].name if owner is not None else None,
+                    source=ann[0] if ann else source,
+                    origin=ann[1] if ann else None,
+                    origin_cause=ann[2] if ann else None,
+                    device=ann[3] if ann else HOST,
+                    origins=list(ann[4]) if ann and len(ann) > 4 else [],
+                    library=ann[5] if ann and len(ann) > 5 else None,
+                    step=step or 0, thread=thread, seq_nr=seq, start_us=start / per_us)
+                if owner is not None:
+                    parent = calls[owner]
+                    parent.self_time_us -= op.total_time_us
+                    if name not in parent.children:
+                        parent.children.append(name)
+                if backward_sources:
+                    if phase == "forward" and seq >= 0 and op.source:
+                        # ops that create no autograd node also record the *current* sequence number;
+                        # the node's creator is the last op recorded with it, so later ones win
+                        seq_source[seq] = (op.source, op.origin, op.origin_cause, op.device, op.origins,
+                                           op.library)
+                    if phase == "backward" and bw_seq is not None:
+                        pending.append((op, bw_seq))
+                if corr is not None:
+                    by_corr[corr] = len(calls)
+                parent_of.append(owner if owner is not None else -1)
+                calls.append(op)
+                if step and step_of is not None:
+                    steps.setdefault(step, Step(index=step)).op_calls += 1
+                ctx = (len(calls) - 1, ann, ph, step, bw_seq, False)
+            stack.append((end, ctx))
+            if thread_index is not None:
+                starts.append(start)
+                ends.append(end)
+                owners.append(ctx[0])
+        if thread_index is not None:
+            thread_index[thread_key] = (starts, ends, owners)
+
+    def owner_of_launch(self, corr) -> int | None:
+        """The operator whose launch (or own event) has correlation id ``corr``."""
+        owner = self.launch_owner.get(corr)
+        return owner if owner is not None else self.by_corr.get(corr)
+
+    def close(self) -> None:
+        """After the last thread: backward ops take the source of their forward op."""
+        for op, seq in self._pending_backward:
+            src = self._seq_source.get(seq)
+            if src:  # a backward op belongs to the line of the forward op that created its node
+                op.source, op.origin, op.origin_cause, op.device, op.origins, op.library = src
+        self._pending_backward = []
+
+    def charge(self, owner: int, duration_us: float) -> None:
+        """Device time of a task launched by call ``owner`` (after ``close``): it ran on the device."""
+        call = self.calls[owner]
+        call.device_time_us += duration_us
+        call.device = DEVICE
+
+    def finish(self) -> list[OpCall]:
+        """The calls, once charged: an operator with fallback evidence ran on the host."""
+        for idx in self.fallback:
+            self.calls[idx].device = HOST
+        for op in self.calls:
+            if op.self_time_us < 0:
+                op.self_time_us = 0.0
+        return self.calls
