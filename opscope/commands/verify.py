@@ -14,6 +14,7 @@ from pathlib import Path
 from opscope.commands._args import non_negative_float, positive_float
 from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
+from opscope.model import Verification
 
 
 def register(subparsers) -> None:
@@ -96,7 +97,7 @@ def _run(args) -> int:  # noqa: C901
         failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
         subs = verification.get("substitute_counts") or {}
         failed |= subs.get("fail", 0) > 0 or subs.get("error", 0) > 0  # a suggested substitute is not equivalent
-        earlier_e2e = (scan.verification or {}).get("e2e")
+        earlier_e2e = scan.verification.e2e if scan.verification else None
         if not args.e2e and earlier_e2e:
             verification["e2e"] = earlier_e2e  # keep an earlier e2e pass
     if args.e2e:
@@ -108,14 +109,14 @@ def _run(args) -> int:  # noqa: C901
             print_e2e(e2e, console)
         failed |= e2e["comparison"]["verdict"] in ("fail", "error")
         if verification is None and scan is not None:
-            verification = dict(scan.verification or {})
+            verification = scan.verification.to_dict() if scan.verification else {}
         if verification is not None:
             verification["e2e"] = e2e
     if scan is not None:
         assert scan_path is not None   # read together with scan
         from opscope.report.json_out import write_scan_json
         from opscope.report.render import rerender
-        scan.verification = verification
+        scan.verification = Verification.of(verification)
         try:
             write_scan_json(scan, scan_path)
         except OSError as exc:   # the replay's results are not lost: they go to a temp file instead
@@ -142,7 +143,7 @@ def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
                                          progress=update, max_elements=args.max_elements, only=args.only)
     if not args.quiet:
         print_verification(verification, console, top=args.top, show_skipped=args.show_skipped)
-    from opscope.report.view import skip_reasons
+    from opscope.report.verification_view import skip_reasons
     reasons = skip_reasons(verification)
     if reasons:
         skipped = sum(n for _, n in reasons)
