@@ -17,7 +17,9 @@ from pathlib import Path
 
 from opscope.errors import InputError, excerpt
 from opscope.model import SCAN_SCHEMA, ScanResult
-from opscope.typed import MAX_DEPTH, MAX_FLOAT, MAX_INT, SchemaError, build, plain, value_of  # noqa: F401  # the loader's names
+
+# the checker's names stay importable from here (``schema.build``, ``schema.SchemaError``, the bounds)
+from opscope.typed import MAX_DEPTH, MAX_FLOAT, MAX_INT, SchemaError, build, plain, value_of  # noqa: F401
 
 MAX_SCAN_BYTES = 1 << 30     # 1 GiB: a 5,000-signature scan is ~5 MB
 SCHEMA_PREFIX, _, _MAJOR = SCAN_SCHEMA.partition("/")

@@ -112,14 +112,15 @@ def _verification_context(verification: Verification | None) -> dict | None:
     if verification is None or verification.is_empty():
         return None
     counts = verification_view.verification_counts(verification)
+    metric = verification_view.fmt_metric
     rows = [{"op": r.op, "overload": r.overload, "shapes": r.shapes, "dtypes": r.dtypes, "outcome": r.outcome,
-             "cosine": verification_view.fmt_metric(r.cosine, 6), "max_abs_err": verification_view.fmt_metric(r.max_abs_err),
-             "max_rel_err": verification_view.fmt_metric(r.max_rel_err), "standard": r.standard, "message": r.message,
+             "cosine": metric(r.cosine, 6), "max_abs_err": metric(r.max_abs_err),
+             "max_rel_err": metric(r.max_rel_err), "standard": r.standard, "message": r.message,
              "predicted_verdict": r.predicted_verdict, "disagreement": r.disagreement}
             for r in verification_view.verification_rows(verification)]
     e2e = verification_view.e2e_summary(verification)
     if e2e is not None:
-        e2e = dict(e2e, steps=[{k: (verification_view.fmt_metric(v, 7) if k not in ("step", "ok") else v) for k, v in s.items()}
+        e2e = dict(e2e, steps=[{k: (metric(v, 7) if k not in ("step", "ok") else v) for k, v in s.items()}
                                for s in e2e["steps"]])
     return {"counts": [{"name": o, "count": counts[o]} for o in verification_view.OUTCOMES],
             "metadata": verification_view.verification_metadata(verification), "rows": rows, "e2e": e2e}

@@ -109,7 +109,8 @@ def _verification_lines(verification: Verification) -> list[str]:
     if bad:
         out += [""] + _table(["operator", "outcome", "cosine", "max rel err", "message"],
                              [[r.op + (f".{r.overload}" if r.overload else ""), r.outcome,
-                               verification_view.fmt_metric(r.cosine, 6), verification_view.fmt_metric(r.max_rel_err), r.message]
+                               verification_view.fmt_metric(r.cosine, 6),
+                               verification_view.fmt_metric(r.max_rel_err), r.message]
                               for r in bad[:MAX_ROWS]])
     e2e = verification_view.e2e_summary(verification)
     if e2e is not None:
