@@ -380,6 +380,8 @@ class VerificationResult(_Part):
     metrics: dict | None = None   # cosine, max_abs_err, max_rel_err (null: not a number)
     input_shapes: list | None = None
     dtypes: list | None = None
+    replacement: str | None = None   # substitutes only: the suggested replacement
+    check: str | None = None         # substitutes only: the expression replayed against the original
 
 
 @dataclass

@@ -12,7 +12,7 @@ from opscope.model import Verification
 from opscope.report.view import NA, fmt_dtypes, fmt_shapes, obj, seq
 
 OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
-OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first, as result_rows
+OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first
 OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "measured": "BBDEFB",
                  "skipped": "E0E0E0"}
 
@@ -63,7 +63,7 @@ def verification_counts(verification: Verification | dict | None) -> dict[str, i
 
 
 def verification_rows(verification: Verification | dict | None) -> list[VerificationRow]:
-    """Replayed signatures, worst outcome first (the order of analysis.verify.result_rows)."""
+    """Replayed signatures, worst outcome first (``OUTCOME_ORDER``, as the terminal lists them)."""
     rows = []
     for r in _typed(verification).results or []:
         metrics = r.metrics or {}
