@@ -62,7 +62,7 @@ class _Record:
         if fields and hasattr(self, "__dict__"):
             self.unknown_fields = dict(fields)   # type: ignore[misc]  # only where there is a __dict__
 
-    def keep_read(self, keys: frozenset) -> None:
+    def keep_read(self, keys: tuple) -> None:
         """The keys a record was read with (``opscope.typed.build``); only sections (``_Part``) use them."""
 
 
@@ -265,8 +265,10 @@ class _Part(_Record):
 
     Built from JSON by ``from_dict``, which checks every field against its type hint (a
     ``SchemaError`` names the JSON path of a bad value).  ``to_dict`` writes the JSON these
-    sections always had: a field left None is omitted unless the file carried it, or the
-    section always writes it (``_ALWAYS``), or the writer asked for it (``writing``).
+    sections always had: a section read from a file is written back key for key in the
+    file's order (a field it lacked and nobody set stays absent); one built in code writes
+    its set fields in declaration order, plus those it always carries as null (``_ALWAYS``,
+    or named with ``writing``).
     """
     _ALWAYS: ClassVar[frozenset[str]] = frozenset()
 
@@ -274,22 +276,27 @@ class _Part(_Record):
     def from_dict(cls, data: dict, where: str = "$"):
         return build(cls, data, where)
 
-    def keep_read(self, keys: frozenset) -> None:
-        self._given = keys
+    def keep_read(self, keys: tuple) -> None:
+        self._read = tuple(keys)
 
     def writing(self, *names: str):
         """Write these fields even when None (a section that always carried them as null)."""
-        self._given = self._keys() | frozenset(names)
+        self._also = getattr(self, "_also", frozenset()) | frozenset(names)
         return self
 
-    def _keys(self) -> frozenset:
-        return getattr(self, "_given", self._ALWAYS)
-
     def to_dict(self) -> dict:
-        keys = self._keys()
-        out = {f.name: _clean(getattr(self, f.name)) for f in dataclasses.fields(self)   # type: ignore[arg-type]
-               if f.name in keys or getattr(self, f.name) is not None}
-        for key, extra in getattr(self, "unknown_fields", {}).items():
+        read: tuple = getattr(self, "_read", ())
+        keep = set(read) if hasattr(self, "_read") else set(self._ALWAYS)
+        keep |= getattr(self, "_also", frozenset())
+        unknown = getattr(self, "unknown_fields", {})
+        names = [f.name for f in dataclasses.fields(self)]   # type: ignore[arg-type]  # subclasses are dataclasses
+        out = {}
+        for key in [*read, *(n for n in names if n not in read)]:
+            if key in unknown:
+                out[key] = _clean(unknown[key])
+            elif getattr(self, key) is not None or key in keep:
+                out[key] = _clean(getattr(self, key))
+        for key, extra in unknown.items():
             out.setdefault(key, _clean(extra))
         return out
 

@@ -54,7 +54,7 @@ def build(cls, data, where: str):
             unknown[key] = plain(value, f"{where}.{key}")
     record = cls(**known)
     record.keep_unknown(unknown)
-    record.keep_read(frozenset(data))
+    record.keep_read(tuple(data))
     return record
 
 

@@ -222,13 +222,13 @@ def test_sections_are_written_back_key_for_key(scan_data, tmp_path):
     data["settings"] = {"steps": 3, "warmup": 0, "step_marker": "auto", "timeout": None, "target": None,
                         "requested_device": "auto", "chip": "Ascend910B2", "calibration": None,
                         "distributed": {"launcher": "spawn", "world_size": 2, "ranks": [0], "rank_dirs": {"0": "."}},
-                        "rank": 0, "future_setting": [1]}
+                        "future_setting": [1], "rank": 0}
     data["exit"] = {"kind": "timeout", "code": None, "message": "stopped", "where": None}
     data["summary"] = dict(data["summary"], readiness_score=None, score_unavailable="nothing measured",
                            future_share={"x": 1})
     data["target"] = {}
-    data["verification"] = {"device": "cpu", "seed": None, "results": [{"op": "aten::add", "outcome": "pass",
-                                                                         "metrics": {"cosine": None}, "later": 1}]}
+    data["verification"] = {"results": [{"outcome": "pass", "later": 1, "op": "aten::add", "metrics": {"cosine": None}}],
+                            "seed": None, "device": "cpu"}
     run = _run_dir(tmp_path, data)
     text = json.dumps(json.loads((run / "scan.json").read_text()))
     assert json.dumps(load_scan(run).to_dict()) == text
