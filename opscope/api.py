@@ -20,6 +20,7 @@ from typing import Literal
 from opscope.capture.run_folder import RunFolder
 from opscope.capture.runner import ChildOutcome
 from opscope.capture.session import CaptureSession
+from opscope.model import ScanSettings
 
 
 class capture:
@@ -32,8 +33,8 @@ class capture:
         self.steps = steps
         self.target = target
         self.formats = formats
-        self.settings = {"steps": steps, "warmup": warmup, "step_marker": step_marker, "timeout": None,
-                         "target": target, "requested_device": "in-process", "remap": False}
+        self.settings = ScanSettings(steps=steps, warmup=warmup, step_marker=step_marker, timeout=None,
+                                     target=target, requested_device="in-process", remap=False)
         self.static_scan = static_scan
         script = sys.modules["__main__"].__dict__.get("__file__") or sys.argv[0] or "<interactive>"
         self.script = str(Path(script).resolve()) if script != "<interactive>" else script

@@ -48,11 +48,11 @@ class Run:
 
     @property
     def summary(self) -> dict:
-        return dict(self.result.summary or {})
+        return self.result.summary.to_dict()
 
     @property
     def score(self):
-        return self.summary.get("readiness_score")
+        return self.result.summary.readiness_score
 
     @cached_property
     def operators(self):
@@ -137,10 +137,10 @@ class Run:
 
     @cached_property
     def verification(self):
-        from opscope.report import view
+        from opscope.report import verification_view
         columns = ["op", "overload", "shapes", "dtypes", "outcome", "cosine", "max_abs_err", "max_rel_err",
                    "standard", "message", "predicted_verdict", "disagreement"]
-        rows = [dict(vars(r)) for r in view.verification_rows(self.result.verification)]
+        rows = [dict(vars(r)) for r in verification_view.verification_rows(self.result.verification)]
         return _frame(rows, columns)
 
 

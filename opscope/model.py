@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from opscope.typed import build
 
 SCAN_SCHEMA = "opscope.scan/1"
 
@@ -25,6 +27,8 @@ def _clean(value: Any) -> Any:
     A record read from a newer scan.json keeps the fields this version does not know
     (``unknown_fields``) and writes them back, so ``report``/``verify`` never drop them.
     """
+    if isinstance(value, _Part):
+        return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
         for key, extra in getattr(value, "unknown_fields", {}).items():
@@ -57,6 +61,9 @@ class _Record:
         (records with ``__slots__``, never stored in scan.json, have nowhere to keep them)."""
         if fields and hasattr(self, "__dict__"):
             self.unknown_fields = dict(fields)   # type: ignore[misc]  # only where there is a __dict__
+
+    def keep_read(self, keys: tuple) -> None:
+        """The keys a record was read with (``opscope.typed.build``); only sections (``_Part``) use them."""
 
 
 HOST, DEVICE, IMPORT = "host", "device", "import"   # OpCall.device values (HOST_BATCH below)
@@ -267,6 +274,162 @@ class Profile(_Record):
         return prof
 
 
+class _Part(_Record):
+    """A section of scan.json kept as one typed record (``ScanResult.settings``, ``exit``, ...).
+
+    Built from JSON by ``from_dict``, which checks every field against its type hint (a
+    ``SchemaError`` names the JSON path of a bad value).  ``to_dict`` writes the JSON these
+    sections always had: a section read from a file is written back key for key in the
+    file's order (a field it lacked and nobody set stays absent); one built in code writes
+    its set fields in declaration order, plus those it always carries as null (``_ALWAYS``,
+    or named with ``writing``).
+    """
+    _ALWAYS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "$"):
+        return build(cls, data, where)
+
+    def keep_read(self, keys: tuple) -> None:
+        self._read = tuple(keys)
+
+    def writing(self, *names: str):
+        """Write these fields even when None (a section that always carried them as null)."""
+        self._also = getattr(self, "_also", frozenset()) | frozenset(names)
+        return self
+
+    def to_dict(self) -> dict:
+        read: tuple = getattr(self, "_read", ())
+        keep = set(read) if hasattr(self, "_read") else set(self._ALWAYS)
+        keep |= getattr(self, "_also", frozenset())
+        unknown = getattr(self, "unknown_fields", {})
+        names = [f.name for f in dataclasses.fields(self)]   # type: ignore[arg-type]  # subclasses are dataclasses
+        out = {}
+        for key in [*read, *(n for n in names if n not in read)]:
+            if key in unknown:
+                out[key] = _clean(unknown[key])
+            elif getattr(self, key) is not None or key in keep:
+                out[key] = _clean(getattr(self, key))
+        for key, extra in unknown.items():
+            out.setdefault(key, _clean(extra))
+        return out
+
+    def is_empty(self) -> bool:
+        """True for a section with nothing in it (``{}`` in scan.json)."""
+        return not self.to_dict()
+
+
+@dataclass
+class ScanSettings(_Part):
+    """What a scan was asked for (``opscope scan`` flags, or ``opscope.capture(...)`` arguments)."""
+    steps: int | None = None
+    warmup: int | None = None
+    step_marker: str | None = None
+    timeout: float | None = None
+    target: str | None = None   # the torch_npu version asked for (None: the newest known)
+    requested_device: str | None = None
+    remap: bool | None = None   # in-process capture: never remapped
+    chip: str | None = None
+    calibration: str | None = None
+    wrapper: dict | None = None   # the launch wrapper's settings (accelerate, deepspeed, ...)
+    mode_auto: str | None = None   # why --mode auto chose the mode
+    mode: str | None = None        # "fake" (absent: a real run)
+    distributed: dict | None = None   # {"launcher", "world_size", "ranks", "rank_dirs"}
+    rank: int | None = None
+    _ALWAYS = frozenset({"steps", "warmup", "step_marker", "timeout", "target", "requested_device"})
+
+    @classmethod
+    def of(cls, value: ScanSettings | dict | None) -> ScanSettings:
+        """``value`` as ScanSettings: the scan's child receives the settings as JSON."""
+        return value if isinstance(value, ScanSettings) else cls.from_dict(value or {}, "$.settings")
+
+
+@dataclass
+class ScanExit(_Part):
+    """How the scanned script ended (``kind``: steps-reached, finished, exit, exception, timeout, ...)."""
+    kind: str | None = None
+    code: int | None = None
+    message: str | None = None
+    where: str | None = None
+    _ALWAYS = frozenset({"kind", "code", "message", "where"})
+
+
+@dataclass
+class ScanSummary(_Part):
+    """Counts, time shares and the readiness score (``analysis.verdicts.readiness_summary``)."""
+    verdict_counts: dict[str, int] | None = None
+    time_share: dict[str, float] | None = None
+    cpu_fallback_time_share: float | None = None
+    blocking_signatures: int | None = None
+    blocking_ops: list[dict] | None = None
+    blocking_time_share: float | None = None
+    native_or_composite_share: float | None = None
+    dynamic_root_causes: int | None = None
+    findings: int | None = None
+    findings_by_severity: dict[str, int] | None = None
+    readiness_score: float | None = None   # None: nothing was measured (``score_unavailable`` says why)
+    score_formula: str | None = None
+    time_basis: str | None = None
+    precision: dict | None = None   # requested vs recorded dtypes (analysis.precision)
+    score_unavailable: str | None = None
+
+
+@dataclass
+class ScanTarget(_Part):
+    """The torch_npu release the verdicts were judged against (``analysis.verdicts.assign_verdicts``)."""
+    package: str | None = None
+    version: str | None = None
+    line: str | None = None
+    source: str | None = None
+    torch: str | None = None
+    torch_schema: str | None = None   # whose composite/structured facts judged decompositions
+    op_plugin_commit: str | None = None
+    note: str | None = None
+    torch_schema_note: str | None = None
+
+
+@dataclass
+class VerificationResult(_Part):
+    """One replayed signature of ``verification.results`` / ``substitutes`` (written by ``opscope verify``)."""
+    op: str | None = None
+    overload: str | None = None
+    outcome: str | None = None   # pass, warn, fail, error, measured, skipped
+    message: str | None = None
+    standard: str | None = None
+    predicted_verdict: str | None = None
+    disagreement: str | None = None
+    metrics: dict | None = None   # cosine, max_abs_err, max_rel_err (null: not a number)
+    input_shapes: list | None = None
+    dtypes: list | None = None
+    replacement: str | None = None   # substitutes only: the suggested replacement
+    check: str | None = None         # substitutes only: the expression replayed against the original
+
+
+@dataclass
+class Verification(_Part):
+    """What ``opscope verify`` measured: replayed operators and the end-to-end loss comparison."""
+    device: str | None = None
+    inputs: str | None = None
+    reference: str | None = None
+    standards: str | None = None
+    started_at: str | None = None
+    seed: int | None = None
+    duration_s: float | None = None
+    counts: dict[str, int] | None = None
+    substitute_counts: dict[str, int] | None = None
+    results: list[VerificationResult] | None = None
+    substitutes: list[VerificationResult] | None = None
+    e2e: dict | None = None
+
+    @classmethod
+    def of(cls, value: Verification | dict | None) -> Verification | None:
+        return value if isinstance(value, Verification) or value is None else cls.from_dict(value, "$.verification")
+
+
+_PARTS: dict[str, type[_Part]] = {"settings": ScanSettings, "exit": ScanExit, "summary": ScanSummary,
+                                  "target": ScanTarget}
+
+
 @dataclass
 class ScanResult(_Record):
     """Everything ``opscope scan`` learned about a run; serialised as ``scan.json``."""
@@ -283,17 +446,17 @@ class ScanResult(_Record):
     cwd: str | None = None
     started_at: str | None = None
     duration_s: float = 0.0
-    settings: dict = field(default_factory=dict)
-    exit: dict = field(default_factory=dict)
+    settings: ScanSettings = field(default_factory=lambda: ScanSettings.from_dict({}))
+    exit: ScanExit = field(default_factory=lambda: ScanExit.from_dict({}))
     steps: list[Step] = field(default_factory=list)
     operators: list[Operator] = field(default_factory=list)
     dynamic_shapes: list[DynamicShape] = field(default_factory=list)
     root_causes: list[RootCause] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
-    target: dict = field(default_factory=dict)
+    summary: ScanSummary = field(default_factory=lambda: ScanSummary.from_dict({}))
+    target: ScanTarget = field(default_factory=lambda: ScanTarget.from_dict({}))
     traces: list[str] = field(default_factory=list)
-    verification: dict | None = None
+    verification: Verification | None = None
     notes: list[str] = field(default_factory=list)
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
     fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
@@ -304,6 +467,14 @@ class ScanResult(_Record):
 
     _NESTED = {"steps": Step, "operators": Operator, "dynamic_shapes": DynamicShape,
                "root_causes": RootCause, "findings": Finding}
+
+    def __post_init__(self):
+        """Sections given as JSON objects become their records (checked: ``SchemaError`` on a bad value)."""
+        for name, part in _PARTS.items():
+            value = getattr(self, name)
+            if not isinstance(value, part):
+                setattr(self, name, part.from_dict(value, f"$.{name}"))
+        self.verification = Verification.of(self.verification)
 
     @classmethod
     def from_dict(cls, data: dict):

@@ -30,7 +30,7 @@ def test_load_gives_dataframes(huber_scan):
     assert set(run.findings["severity"]) >= {"error"} and "train_huber.py" in set(run.findings["file"])
     assert run.fixes.iloc[0]["what"].startswith("aten::huber_loss")
     assert run.dynamic_shapes.empty and list(run.dynamic_shapes.columns)[:2] == ["op", "source"]
-    assert run.score == run.result.summary["readiness_score"]
+    assert run.score == run.result.summary.readiness_score
 
 
 def test_pandas_is_imported_only_for_the_tables(huber_scan):

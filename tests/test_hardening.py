@@ -214,6 +214,26 @@ def test_rewriting_scan_json_keeps_fields_this_version_does_not_know(scan_data, 
     assert again["verification"]["results"]
 
 
+def test_sections_are_written_back_key_for_key(scan_data, tmp_path):
+    """The typed sections write the JSON they were read from: nulls stay, absent keys stay absent, fields of a
+    newer schema are kept, and the key order is the file's (a scan.json is rewritten by report and verify)."""
+    from opscope.schema import load_scan
+    data = json.loads(json.dumps(scan_data))
+    data["settings"] = {"steps": 3, "warmup": 0, "step_marker": "auto", "timeout": None, "target": None,
+                        "requested_device": "auto", "chip": "Ascend910B2", "calibration": None,
+                        "distributed": {"launcher": "spawn", "world_size": 2, "ranks": [0], "rank_dirs": {"0": "."}},
+                        "future_setting": [1], "rank": 0}
+    data["exit"] = {"kind": "timeout", "code": None, "message": "stopped", "where": None}
+    data["summary"] = dict(data["summary"], readiness_score=None, score_unavailable="nothing measured",
+                           future_share={"x": 1})
+    data["target"] = {}
+    data["verification"] = {"results": [{"outcome": "pass", "later": 1, "op": "aten::add", "metrics": {"cosine": None}}],
+                            "seed": None, "device": "cpu"}
+    run = _run_dir(tmp_path, data)
+    text = json.dumps(json.loads((run / "scan.json").read_text()))
+    assert json.dumps(load_scan(run).to_dict()) == text
+
+
 def test_a_billion_recorded_calls_load_as_counts(scan_data, tmp_path):
     data = json.loads(json.dumps(scan_data))
     data["operators"][0]["calls"] = 1_000_000_000
@@ -373,29 +393,71 @@ def test_output_folder_that_is_a_file_is_exit_2_before_loading(scan_data, good_t
     assert taken.read_text() == "a file, not a folder"
 
 
-# a malformed ``verification`` block (written by another tool, or edited) used to crash the reports
-BAD_VERIFICATION = {
-    "a-list": ([], "$.verification"),
-    "a-string": ("passed", "$.verification"),
-    "results-a-string": ({"results": "x"}, "$.verification.results"),
-    "result-an-int": ({"results": [1]}, "$.verification.results[0]"),
-    "outcome-an-int": ({"results": [{"outcome": 5}]}, "$.verification.results[0].outcome"),
-    "message-an-object": ({"results": [{"outcome": "skipped", "message": {}}]},
-                          "$.verification.results[0].message"),
-    "metrics-a-list": ({"results": [{"outcome": "pass", "metrics": [1]}]}, "$.verification.results[0].metrics"),
-    "counts-a-list": ({"counts": []}, "$.verification.counts"),
-    "count-a-string": ({"counts": {"fail": "2"}}, "$.verification.counts.fail"),
-    "e2e-a-string": ({"e2e": "ok"}, "$.verification.e2e"),
-    "duration-a-string": ({"duration_s": "3 s"}, "$.verification.duration_s"),
-    "substitutes-an-object": ({"substitutes": {}}, "$.verification.substitutes"),
+# malformed sections (written by another tool, or edited): a malformed ``verification`` used to crash the
+# reports; every section the model types (settings, exit, summary, target, verification) is checked on load.
+# Each case: the section's dotted path in scan.json, the value put there, the JSON path the error must name.
+BAD_SECTIONS = {
+    "settings-a-list": ("settings", [], "$.settings"),
+    "settings-null": ("settings", None, "$.settings"),
+    "settings-steps-a-string": ("settings.steps", "3", "$.settings.steps"),
+    "settings-steps-a-float": ("settings.steps", 1.5, "$.settings.steps"),
+    "settings-steps-huge": ("settings.steps", 10 ** 30, "$.settings.steps"),
+    "settings-timeout-a-string": ("settings.timeout", "long", "$.settings.timeout"),
+    "settings-distributed-a-list": ("settings.distributed", [0, 1], "$.settings.distributed"),
+    "settings-requested-device-an-object": ("settings.requested_device", {"cpu": 1}, "$.settings.requested_device"),
+    "exit-an-int": ("exit", 3, "$.exit"),
+    "exit-code-a-string": ("exit.code", "1", "$.exit.code"),
+    "exit-kind-a-list": ("exit.kind", ["exit"], "$.exit.kind"),
+    "exit-message-huge": ("exit.message", 10 ** 400, "$.exit.message"),
+    "summary-a-list": ("summary", [], "$.summary"),
+    "summary-null": ("summary", None, "$.summary"),
+    "summary-score-a-string": ("summary.readiness_score", "90", "$.summary.readiness_score"),
+    "summary-score-huge": ("summary.readiness_score", 10 ** 400, "$.summary.readiness_score"),
+    "summary-counts-a-list": ("summary.verdict_counts", [1], "$.summary.verdict_counts"),
+    "summary-count-a-string": ("summary.verdict_counts", {"native": "3"}, "$.summary.verdict_counts.native"),
+    "summary-share-a-string": ("summary.time_share", {"native": "all"}, "$.summary.time_share.native"),
+    "summary-blocking-an-object": ("summary.blocking_ops", {}, "$.summary.blocking_ops"),
+    "summary-precision-a-list": ("summary.precision", [], "$.summary.precision"),
+    "target-a-string": ("target", "2.1", "$.target"),
+    "target-null": ("target", None, "$.target"),
+    "target-version-a-number": ("target.version", 2.1, "$.target.version"),
+    "target-source-a-list": ("target.source", ["wheel"], "$.target.source"),
+    "verification-a-list": ("verification", [], "$.verification"),
+    "verification-a-string": ("verification", "passed", "$.verification"),
+    "verification-results-a-string": ("verification", {"results": "x"}, "$.verification.results"),
+    "verification-result-an-int": ("verification", {"results": [1]}, "$.verification.results[0]"),
+    "verification-outcome-an-int": ("verification", {"results": [{"outcome": 5}]},
+                                    "$.verification.results[0].outcome"),
+    "verification-message-an-object": ("verification", {"results": [{"outcome": "skipped", "message": {}}]},
+                                       "$.verification.results[0].message"),
+    "verification-metrics-a-list": ("verification", {"results": [{"outcome": "pass", "metrics": [1]}]},
+                                    "$.verification.results[0].metrics"),
+    "verification-counts-a-list": ("verification", {"counts": []}, "$.verification.counts"),
+    "verification-count-a-string": ("verification", {"counts": {"fail": "2"}}, "$.verification.counts.fail"),
+    "verification-count-huge": ("verification", {"counts": {"fail": 10 ** 30}}, "$.verification.counts.fail"),
+    "verification-e2e-a-string": ("verification", {"e2e": "ok"}, "$.verification.e2e"),
+    "verification-duration-a-string": ("verification", {"duration_s": "3 s"}, "$.verification.duration_s"),
+    "verification-seed-a-float": ("verification", {"seed": 1.5}, "$.verification.seed"),
+    "verification-substitutes-an-object": ("verification", {"substitutes": {}}, "$.verification.substitutes"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_VERIFICATION))
-def test_malformed_verification_is_exit_2_naming_the_json_path(case, scan_data, tmp_path, capsys):
-    value, where = BAD_VERIFICATION[case]
-    run = _run_dir(tmp_path, dict(scan_data, verification=value))
-    code, err = _cli(capsys, "report", run, "--format", "html,md")
+def _put(data: dict, dotted: str, value) -> dict:
+    """``data`` with the section (``summary``) or one of its fields (``summary.readiness_score``) replaced."""
+    data = json.loads(json.dumps(data))
+    section, _, key = dotted.partition(".")
+    if key:
+        data[section][key] = value
+    else:
+        data[section] = value
+    return data
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SECTIONS))
+def test_malformed_section_is_exit_2_naming_the_json_path(case, scan_data, tmp_path, capsys):
+    dotted, value, where = BAD_SECTIONS[case]
+    run = _run_dir(tmp_path, _put(scan_data, dotted, value))
+    code, err = _cli(capsys, "report", run, "--format", "html,md")   # one line, no traceback: see _cli
     assert code == 2 and where in err, err
 
 

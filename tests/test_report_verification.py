@@ -9,6 +9,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 
+from opscope.model import Verification
 from opscope.report.html import render_html
 from opscope.report.markdown import render_markdown
 from opscope.report.xlsx import build_workbook
@@ -57,9 +58,10 @@ def verified_scan(evil: bool = False):
            "comparison": {"verdict": "fail", "message": EVIL if evil else "loss differs from step 2: 2.4 vs 2.1",
                           "rtol": 0.01, "atol": 0.001, "loss": loss, "grad_norm": grads}}
     scan = realistic_scan(evil=evil)
-    scan.verification = {"device": "npu", "started_at": "2025-01-01T11:00:00", "duration_s": 4.2,
-                         "inputs": "synthetic", "seed": 0, "reference": "CPU float64",
-                         "standards": "msprobe", "counts": counts, "results": results, "e2e": e2e}
+    scan.verification = Verification.from_dict({"device": "npu", "started_at": "2025-01-01T11:00:00",
+                                                "duration_s": 4.2, "inputs": "synthetic", "seed": 0,
+                                                "reference": "CPU float64", "standards": "msprobe", "counts": counts,
+                                                "results": results, "e2e": e2e})
     return scan
 
 

@@ -388,7 +388,7 @@ def test_verify_rerenders_the_reports_and_says_why_signatures_were_skipped(cnn_r
 
 
 def test_skip_reasons_are_counted_per_reason():
-    from opscope.report.view import skip_reasons
+    from opscope.report.verification_view import skip_reasons
     results = [{"outcome": "skipped", "message": "argument weight was not recorded and has no default"},
                {"outcome": "skipped", "message": "argument bias was not recorded and has no default"},
                {"outcome": "skipped", "message": "host-only op in this script (set-up or data loading on CPU tensors)"},

@@ -8,7 +8,7 @@ after it can differ from a real run.
 """
 from __future__ import annotations
 
-from opscope.model import ScanResult
+from opscope.model import ScanResult, ScanSummary
 
 NOT_MEASURED = "not measured in fake mode"
 
@@ -17,7 +17,7 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
     """Fold the capture's fake-mode record (``capture/fake.json``) into ``result``."""
     from opscope.analysis.memory_fit import memory_fit
     record = record or {}
-    if result.settings.get("mode") == "fake":
+    if result.settings.mode == "fake":
         _drop_timings(result)
         places = record.get("places") or []
         collectives = record.get("collectives") or []
@@ -34,7 +34,7 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
             result.notes.append(f"fake mode: {c.get('where') or 'library code'} {c.get('op')}: "
                                 f"{_size(c.get('bytes', 0))} per call, {c.get('count')} call(s) (shape-only: "
                                 "not sent; the size is the communication volume per rank)")
-    fit = memory_fit(record.get("memory") or {}, result.settings.get("chip"))
+    fit = memory_fit(record.get("memory") or {}, result.settings.chip)
     if fit is not None:
         result.memory_fit = fit
 
@@ -56,13 +56,15 @@ def _drop_timings(result: ScanResult) -> None:
     for op in result.operators:
         op.self_time_us = op.total_time_us = op.device_time_us = 0.0
         op.steady_time_us = None
-    if result.summary:
+    if not result.summary.is_empty():
         from opscope.analysis.verdicts import readiness_summary
-        kept = {k: result.summary[k] for k in ("score_unavailable",) if k in result.summary}
-        if result.summary.get("readiness_score") is None and "score_unavailable" in kept:
-            kept["readiness_score"] = None
-        result.summary = {**readiness_summary(result), **kept}
-        result.summary["time_basis"] = NOT_MEASURED
+        old = result.summary
+        result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")
+        if old.score_unavailable is not None:   # nothing was measured: no score, and why
+            if old.readiness_score is None:
+                result.summary.readiness_score = None
+            result.summary.score_unavailable = old.score_unavailable
+        result.summary.time_basis = NOT_MEASURED
 
 
 def _size(n: float) -> str:

@@ -156,8 +156,8 @@ def _models_table(models_df, lines, results) -> list[dict]:
         result = results[name]
         row = {"model": name, "script": result.script, "complete": result.complete,
                "dynamic_root_causes": len(result.root_causes or []),
-               "scan_target": (result.target or {}).get("version"),
-               "scan_score": (result.summary or {}).get("readiness_score"), "per_line": {}}
+               "scan_target": result.target.version,
+               "scan_score": result.summary.readiness_score, "per_line": {}}
         for line in lines:
             if line in sub.index:
                 r = sub.loc[line]

@@ -13,7 +13,7 @@ from pathlib import Path
 from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
-from opscope.model import ScanResult
+from opscope.model import ScanExit, ScanResult, ScanSettings, ScanSummary, ScanTarget
 from opscope.version import __version__
 
 
@@ -34,16 +34,18 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
     return False, f"{outcome.message}{during}"
 
 
-def build_scan_result(*, script: str, argv: list, device: str, settings: dict,
+def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSettings | dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
                       target: str | None = None, capture: tuple) -> ScanResult:
-    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta)."""
+    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta);
+    ``settings`` may come as the JSON the scan's child received."""
     import torch
     calls, steps, side, runtime_findings, meta = capture
-    warmup = int(settings.get("warmup", 0) or 0)
+    settings = ScanSettings.of(settings)
+    warmup = int(settings.warmup or 0)
     indices = [s.index for s in steps]
     baseline = next((i for i in indices if i > warmup), indices[0] if indices else 1)
-    complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.get("steps", 0))
+    complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.steps or 0)
     # steady state: complete steps after the baseline step (set-up and step 1 excluded)
     steady = [s.index for s in steps if s.complete and s.index > baseline]
     operators = aggregate(calls, steady_steps=steady)
@@ -60,14 +62,14 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: dict,
         tool_version=__version__, python_version=sys.version.split()[0],
         platform=f"{platform.system()} {platform.machine()}", cwd=os.getcwd(),
         started_at=started_at, duration_s=round(duration_s, 3), settings=settings,
-        exit={"kind": outcome.kind, "code": outcome.code, "message": outcome.message, "where": outcome.where},
+        exit=ScanExit(kind=outcome.kind, code=outcome.code, message=outcome.message, where=outcome.where),
         steps=steps, operators=operators, dynamic_shapes=dynamic, root_causes=roots,
         findings=runtime_findings, traces=meta.get("traces", []),
     )
     done = len([s for s in steps if s.complete])
-    if steps and done < settings.get("steps", 0) and complete:
+    if steps and done < (settings.steps or 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
-                            f"{settings.get('steps')}")
+                            f"{settings.steps}")
     result.notes.extend(meta.get("notes") or [])   # what reading the capture back had to drop
     result.entry_lines = framework_entry_lines(calls)
     result.notes.extend(setup_notes)
@@ -79,20 +81,20 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: dict,
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
     result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
                         "training step)")
-    dist = settings.get("distributed")
+    dist = settings.distributed
     if dist:
         dirs = dist.get("rank_dirs") or {}
         gloo = ", gloo on the CPU in place of NCCL" if device == "cpu" else ""
         result.notes.append(f"distributed run ({dist.get('launcher')} launch, world size {dist.get('world_size')}"
-                            f"{gloo}): this is rank {settings.get('rank', 0)}; "
+                            f"{gloo}): this is rank {settings.rank or 0}; "
                             + ("captured ranks in the --out folder: " + ", ".join(
                                 f"rank {r} in {'./' if d == '.' else d + '/'}" for r, d in dirs.items())
                                if len(dirs) > 1 else "the other ranks ran remapped but were not captured "
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
-    _add_npu_estimate(result, calls, settings.get("chip"), settings.get("calibration"))
-    _add_precision(result, meta.get("precision"), device, (settings.get("wrapper") or {}).get("dtype"))
+    _add_npu_estimate(result, calls, settings.chip, settings.calibration)
+    _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
 
@@ -112,12 +114,10 @@ def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: 
 
 
 def _add_precision(result: ScanResult, requested: dict | None, device: str, launch_dtype: str | None) -> None:
-    """summary["precision"]: requested vs recorded dtypes; a mismatch is also a note (the headline may show it)."""
+    """summary.precision: requested vs recorded dtypes; a mismatch is also a note (the headline may show it)."""
     from opscope.analysis.precision import precision_summary
-    if result.summary is None:
-        return
     precision = precision_summary(requested, result.operators, device, launch_dtype)
-    result.summary["precision"] = precision
+    result.summary.precision = precision
     if precision["note"]:
         result.notes.insert(0, f"precision: {precision['note']}")
 
@@ -158,7 +158,7 @@ def unrecorded_notes(steps) -> list[str]:
     return notes
 
 
-def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | None:
+def nothing_measured_reason(steps, operators, outcome, settings: ScanSettings) -> str | None:
     """Why this run measured nothing worth a score, or None when it measured something.
 
     A score computed from no training iteration would read "ready" for a script that
@@ -170,10 +170,10 @@ def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | 
         return None
     where = f" at {outcome.where}" if getattr(outcome, "where", None) else ""
     if outcome.kind == "timeout":
-        return (f"--timeout {settings.get('timeout') or 0:g}s ended the script inside step 1{where} before any "
+        return (f"--timeout {settings.timeout or 0:g}s ended the script inside step 1{where} before any "
                 "training iteration completed; raise --timeout or lower the script's per-step work")
     if not complete and steps:
-        marker = settings.get("step_marker", "auto")
+        marker = settings.step_marker or "auto"
         return ("no training iteration completed: the script ended before its first optimizer step / "
                 f"backward pass (step marker {marker}); check the script's arguments, or use "
                 "--step-marker module for an inference loop")
@@ -184,13 +184,12 @@ def nothing_measured_reason(steps, operators, outcome, settings: dict) -> str | 
             "trains in this process")
 
 
-def _refuse_empty_measurement(result: ScanResult, outcome, settings: dict) -> None:
+def _refuse_empty_measurement(result: ScanResult, outcome, settings: ScanSettings) -> None:
     reason = nothing_measured_reason(result.steps, result.operators, outcome, settings)
     if reason is None:
         return
-    if result.summary is not None:
-        result.summary["readiness_score"] = None
-        result.summary["score_unavailable"] = reason
+    result.summary.readiness_score = None
+    result.summary.score_unavailable = reason
     if result.complete:
         result.complete = False
         result.incomplete_reason = reason
@@ -278,6 +277,6 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
 def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True) -> None:
     from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
     version = resolve_target(target)
-    result.target = assign_verdicts(result.operators, version)
+    result.target = ScanTarget.from_dict(assign_verdicts(result.operators, version), "$.target")
     _mark_host_only(result, uses_device)
-    result.summary = readiness_summary(result)
+    result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")

@@ -26,6 +26,7 @@ from opscope.knowledge import implemented_public_op, is_backend_private, is_priv
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
 from opscope.matrix.torch_schema import load_torch_schema, schema_for
+from opscope.model import ScanSummary, ScanTarget
 from opscope.resources import support_matrix_dir
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
@@ -372,20 +373,22 @@ def _blocking_ops(blocking, total_us: float, op_time=lambda op: float(op.self_ti
     return rows
 
 
-def describe_readiness(summary: dict, target: dict | None = None) -> str:
+def describe_readiness(summary: ScanSummary | dict, target: ScanTarget | dict | None = None) -> str:
     """One line for a terminal: what stands between the script and a clean NPU run."""
-    if not summary:
+    summary = summary if isinstance(summary, ScanSummary) else ScanSummary.from_dict(summary, "$.summary")
+    target = target if isinstance(target, ScanTarget) else ScanTarget.from_dict(target or {}, "$.target")
+    if summary.is_empty():
         return "readiness: not computed"
-    version = (target or {}).get("version", "?")
-    if summary.get("readiness_score") is None:
+    version = target.version or "?"
+    if summary.readiness_score is None:
         return (f"readiness for torch_npu {version}: no score (n/a) - "
-                f"{summary.get('score_unavailable') or 'nothing was measured'}")
-    share = summary.get("blocking_time_share") or 0.0
-    return (f"readiness for torch_npu {version}: {summary.get('readiness_score')}/100 - "
-            f"{summary.get('blocking_signatures', 0)} operator signature(s) not running natively "
-            f"({share:.1%} of operator time, {summary.get('cpu_fallback_time_share', 0.0):.1%} in CPU fallbacks), "
-            f"{summary.get('dynamic_root_causes', 0)} dynamic-shape root cause(s), "
-            f"{summary.get('findings', 0)} CUDA-API finding(s)")
+                f"{summary.score_unavailable or 'nothing was measured'}")
+    share = summary.blocking_time_share or 0.0
+    return (f"readiness for torch_npu {version}: {summary.readiness_score}/100 - "
+            f"{summary.blocking_signatures or 0} operator signature(s) not running natively "
+            f"({share:.1%} of operator time, {summary.cpu_fallback_time_share or 0.0:.1%} in CPU fallbacks), "
+            f"{summary.dynamic_root_causes or 0} dynamic-shape root cause(s), "
+            f"{summary.findings or 0} CUDA-API finding(s)")
 
 
 __all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",

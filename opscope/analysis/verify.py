@@ -235,25 +235,6 @@ def summarise(rows: list[dict]) -> dict:
     return counts
 
 
-def result_rows(verification: dict) -> list[dict]:
-    """Flat rows for tables (terminal, HTML, XLSX): one per signature, worst first."""
-    order = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}
-    rows = []
-    for r in (verification or {}).get("results", []):
-        m = r.get("metrics") or {}
-        rows.append({
-            "outcome": r["outcome"], "op": r["op"] + (f".{r['overload']}" if r.get("overload") else ""),
-            "input_shapes": r.get("input_shapes"), "dtypes": r.get("dtypes"),
-            "cosine": m.get("cosine"), "max_abs_err": m.get("max_abs_err"), "max_rel_err": m.get("max_rel_err"),
-            "ratio_rel_err_lt_0_001": m.get("ratio_rel_err_lt_0_001"),
-            "ratio_rel_err_lt_0_005": m.get("ratio_rel_err_lt_0_005"),
-            "standard": r.get("standard"), "predicted_verdict": r.get("predicted_verdict"),
-            "disagreement": r.get("disagreement"), "message": r.get("message", ""),
-        })
-    rows.sort(key=lambda row: order.get(row["outcome"], 9))
-    return rows
-
-
 # ------------------------------------------------------------------ end-to-end losses
 
 def compare_series(reference: list, candidate: list, rtol: float, atol: float) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 from opscope.commands._args import finite_float, non_empty, positive_float
 from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, EXIT_WRITE_FAILED, UserError
+from opscope.model import ScanSettings
 from opscope.report.registry import add_format_option
 
 DEFAULT_STEPS = 5
@@ -143,24 +144,25 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
         elif launcher == "auto":
             launcher = "none"
     plan = dist_launch.resolve(launcher, script, world_size, args.ranks)
-    settings = {"steps": args.steps, "warmup": args.warmup, "step_marker": args.step_marker,
-                "timeout": args.timeout, "target": args.target, "requested_device": args.device,
-                "chip": chip, "calibration": calibration}
+    settings = ScanSettings(steps=args.steps, warmup=args.warmup, step_marker=args.step_marker,
+                            timeout=args.timeout, target=args.target, requested_device=args.device,
+                            chip=chip, calibration=calibration).writing("chip", "calibration")
     if wrapped is not None and wrapped.wrapper != "python":
-        settings["wrapper"] = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
-                               "mixed_precision": wrapped.precision, "dtype": wrapped.dtype, "env": wrapped.env}
+        settings.wrapper = {"name": wrapped.wrapper, "world_size": wrapped.world_size,
+                            "mixed_precision": wrapped.precision, "dtype": wrapped.dtype, "env": wrapped.env}
     mode = _choose_mode(args, script, console)   # --mode fake|auto: fake_mode.py
     if args.mode == "auto":
-        settings["mode_auto"] = getattr(args, "mode_reason", None)
+        settings.mode_auto = getattr(args, "mode_reason", None)
+        settings.writing("mode_auto")
     device = args.device.lower()
     if mode != "real":
-        settings["mode"] = mode
+        settings.mode = mode
         device = "cpu"   # fake tensors stand for the device's; CUDA calls are remapped as on a CPU scan
     if plan:
-        settings["distributed"] = {"launcher": plan["launcher"], "world_size": plan["world_size"],
-                                   "ranks": plan["ranks"],
-                                   "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan["ranks"]}}
-        settings["rank"] = 0
+        settings.distributed = {"launcher": plan["launcher"], "world_size": plan["world_size"],
+                                "ranks": plan["ranks"],
+                                "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan["ranks"]}}
+        settings.rank = 0
         if not args.quiet:
             console.print(f"opscope: {dist_launch.describe(plan)}")
     from opscope.capture import run_folder
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
 
 
 # above complexity 15: CLI command: one branch per scan mode and outcome
-def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: dict,  # noqa: C901
+def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: ScanSettings,  # noqa: C901
           env: dict | None = None, device: str = "auto", mode: str = "real") -> int:
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
@@ -205,7 +207,7 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
     try:
         outcome = run_script(str(script), args.script_args, out, args.steps, device=device,
                              timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
-                             progress=progress, analyse=True, settings=settings, target=args.target,
+                             progress=progress, analyse=True, settings=settings.to_dict(), target=args.target,
                              capture_options={"keep_compile": args.keep_compile,
                                               "max_step_calls": args.max_step_calls,
                                               "max_capture_mb": args.max_capture_mb, "mode": mode},
@@ -253,7 +255,7 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
         kept = sum(1 for s in result.steps if s.complete)
         raise UserError(f"{result.incomplete_reason}; wrote the {kept} complete step(s) captured before it "
                         f"to {out / 'scan.json'}", code)
-    score = (result.summary or {}).get("readiness_score")
+    score = result.summary.readiness_score
     if args.fail_under is not None and (score is None or score < args.fail_under):
         shown = "n/a (nothing was measured)" if score is None else score
         raise UserError(f"readiness score {shown} is below --fail-under {args.fail_under:g}", EXIT_FAIL_UNDER)

@@ -14,6 +14,7 @@ from pathlib import Path
 from opscope.commands._args import non_negative_float, positive_float
 from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_VERIFY_FAILED, UserError
+from opscope.model import Verification
 
 
 def register(subparsers) -> None:
@@ -93,12 +94,13 @@ def _run(args) -> int:  # noqa: C901
     if args.run_dir:
         assert scan is not None and scan_path is not None   # read above
         verification = _operator_pass(scan, scan_path.parent, device, args, console)
-        failed |= verification["counts"].get("fail", 0) > 0 or verification["counts"].get("error", 0) > 0
-        subs = verification.get("substitute_counts") or {}
+        counts = verification.counts or {}
+        failed |= counts.get("fail", 0) > 0 or counts.get("error", 0) > 0
+        subs = verification.substitute_counts or {}
         failed |= subs.get("fail", 0) > 0 or subs.get("error", 0) > 0  # a suggested substitute is not equivalent
-        earlier_e2e = (scan.verification or {}).get("e2e")
+        earlier_e2e = scan.verification.e2e if scan.verification else None
         if not args.e2e and earlier_e2e:
-            verification["e2e"] = earlier_e2e  # keep an earlier e2e pass
+            verification.e2e = earlier_e2e  # keep an earlier e2e pass
     if args.e2e:
         from opscope.replay.e2e import run_e2e
         e2e = run_e2e(args.e2e, list(args.script_args or []), e2e_out, device=device, steps=args.steps,
@@ -108,9 +110,9 @@ def _run(args) -> int:  # noqa: C901
             print_e2e(e2e, console)
         failed |= e2e["comparison"]["verdict"] in ("fail", "error")
         if verification is None and scan is not None:
-            verification = dict(scan.verification or {})
+            verification = scan.verification or Verification()
         if verification is not None:
-            verification["e2e"] = e2e
+            verification.e2e = e2e
     if scan is not None:
         assert scan_path is not None   # read together with scan
         from opscope.report.json_out import write_scan_json
@@ -131,22 +133,23 @@ def _run(args) -> int:  # noqa: C901
     return EXIT_VERIFY_FAILED if failed else 0
 
 
-def _operator_pass(scan, run_dir: Path, device: str, args, console) -> dict:
+def _operator_pass(scan, run_dir: Path, device: str, args, console) -> Verification:
     from opscope.replay.run import verify_operators
     from opscope.report.verify_terminal import print_verification, progress_bar
     if not scan.operators:
         raise UserError(f"{run_dir}/scan.json has no operators (static-only scan?); "
                         "run `opscope scan SCRIPT` to capture some")
     with progress_bar(console, f"verifying on {device}") as update:
-        verification = verify_operators(scan.operators, device, run_dir=run_dir, seed=args.seed,
-                                         progress=update, max_elements=args.max_elements, only=args.only)
+        verification = Verification.from_dict(
+            verify_operators(scan.operators, device, run_dir=run_dir, seed=args.seed, progress=update,
+                             max_elements=args.max_elements, only=args.only), "$.verification")
     if not args.quiet:
         print_verification(verification, console, top=args.top, show_skipped=args.show_skipped)
-    from opscope.report.view import skip_reasons
+    from opscope.report.verification_view import skip_reasons
     reasons = skip_reasons(verification)
     if reasons:
         skipped = sum(n for _, n in reasons)
-        console.print(f"skipped {skipped} of {len(verification.get('results') or [])} signature(s): "
+        console.print(f"skipped {skipped} of {len(verification.results or [])} signature(s): "
                       + "; ".join(f"{n} {reason}" for reason, n in reasons)
                       + ("" if args.show_skipped else " (--show-skipped lists them)"), soft_wrap=True)
     return verification

@@ -26,6 +26,7 @@ from typing import Any
 
 from opscope.atomic import write_atomic
 from opscope.errors import UserError
+from opscope.model import ScanSummary
 
 RECORD = "fleet-job.json"
 HARD_GRACE_S = 180.0      # analysis and reports after the script's --timeout
@@ -105,9 +106,10 @@ def execute_job(spec: dict, out_dir: str | None, job_formats: str = "html,xlsx")
         scan = run_dir / "scan.json"
         if scan.is_file():
             try:
-                summary = json.loads(scan.read_text(encoding="utf-8")).get("summary") or {}
-                record["readiness_score"] = summary.get("readiness_score")
-            except ValueError:
+                data = json.loads(scan.read_text(encoding="utf-8"))
+                summary = ScanSummary.from_dict(data.get("summary") or {}, "$.summary")
+                record["readiness_score"] = summary.readiness_score
+            except (ValueError, AttributeError):   # not JSON, not an object, or a malformed summary (SchemaError)
                 pass
         if tmp is not None:
             record["files"] = {name: (run_dir / name).read_bytes() for name in KEEP_FROM_REMOTE

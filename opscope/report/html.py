@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from markupsafe import Markup
 
-from opscope.model import VERDICTS, ScanResult
-from opscope.report import view
+from opscope.model import VERDICTS, ScanResult, Verification
+from opscope.report import headline, verification_view, view
 from opscope.resources import templates_dir
 
 TEMPLATE = "report.html.j2"
@@ -104,25 +104,26 @@ def _score_class(score, result: ScanResult | None = None) -> str:
         return ""
     if result is None:
         return "score-good" if score >= 80 else "score-mid" if score >= 50 else "score-bad"
-    return "score-" + view.score_colour(score, result)
+    return "score-" + headline.score_colour(score, result)
 
 
-def _verification_context(verification: dict | None) -> dict | None:
+def _verification_context(verification: Verification | None) -> dict | None:
     """The Verification section (counts, worst-first table, e2e losses); None when not verified."""
-    if not verification:
+    if verification is None or verification.is_empty():
         return None
-    counts = view.verification_counts(verification)
+    counts = verification_view.verification_counts(verification)
+    metric = verification_view.fmt_metric
     rows = [{"op": r.op, "overload": r.overload, "shapes": r.shapes, "dtypes": r.dtypes, "outcome": r.outcome,
-             "cosine": view.fmt_metric(r.cosine, 6), "max_abs_err": view.fmt_metric(r.max_abs_err),
-             "max_rel_err": view.fmt_metric(r.max_rel_err), "standard": r.standard, "message": r.message,
+             "cosine": metric(r.cosine, 6), "max_abs_err": metric(r.max_abs_err),
+             "max_rel_err": metric(r.max_rel_err), "standard": r.standard, "message": r.message,
              "predicted_verdict": r.predicted_verdict, "disagreement": r.disagreement}
-            for r in view.verification_rows(verification)]
-    e2e = view.e2e_summary(verification)
+            for r in verification_view.verification_rows(verification)]
+    e2e = verification_view.e2e_summary(verification)
     if e2e is not None:
-        e2e = dict(e2e, steps=[{k: (view.fmt_metric(v, 7) if k not in ("step", "ok") else v) for k, v in s.items()}
+        e2e = dict(e2e, steps=[{k: (metric(v, 7) if k not in ("step", "ok") else v) for k, v in s.items()}
                                for s in e2e["steps"]])
-    return {"counts": [{"name": o, "count": counts[o]} for o in view.OUTCOMES],
-            "metadata": view.verification_metadata(verification), "rows": rows, "e2e": e2e}
+    return {"counts": [{"name": o, "count": counts[o]} for o in verification_view.OUTCOMES],
+            "metadata": verification_view.verification_metadata(verification), "rows": rows, "e2e": e2e}
 
 
 def _npu_context(result: ScanResult) -> dict | None:
@@ -161,21 +162,21 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "tool_version": result.tool_version or "",
         "complete": bool(result.complete),
         "verdicts_computed": view.verdicts_computed(result) or not result.operators,
-        "incomplete_reason": result.incomplete_reason or (result.exit or {}).get("kind") or view.NA,
+        "incomplete_reason": result.incomplete_reason or result.exit.kind or view.NA,
         "score_text": f"{score:.0f}" if score is not None else view.NA,
         "score_class": _score_class(score, result),
-        "verdict_line": view.verdict_line(result),
-        "scan_state": view.scan_state(result)[0],
-        "nothing_to_change": view.nothing_to_change_text(result),
+        "verdict_line": headline.verdict_line(result),
+        "scan_state": headline.scan_state(result)[0],
+        "nothing_to_change": headline.nothing_to_change_text(result),
         "na_count": na_count,
         "operator_count": len(result.operators),
         "blocking_count": sum(counts.get(v, 0) for v in view.BLOCKING),
         "dynamic_count": len(result.dynamic_shapes),
         "finding_count": len(result.findings),
-        "target": view.target_text(result),
+        "target": headline.target_text(result),
         "verdicts": [{"name": v, "count": counts.get(v, 0), "share": view.fmt_percent(shares.get(v))}
                      for v in VERDICTS],
-        "metadata": view.scan_metadata(result),
+        "metadata": headline.scan_metadata(result),
         "notes": [str(n) for n in result.notes or []],
         "fixes": [_fix_row(f) for f in fixes],
         "numeric_hint": view.VERIFY_HINT.format(run_dir="RUN_DIR").split("`"),   # [before, command, after]

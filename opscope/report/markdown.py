@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opscope.model import VERDICTS, ScanResult
-from opscope.report import view
+from opscope.model import VERDICTS, ScanResult, Verification
+from opscope.report import headline, verification_view, view
 
 MAX_ROWS = 50
 
@@ -35,16 +35,16 @@ def render_markdown(result: ScanResult) -> str:
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
     name = Path(result.script).name if result.script else "unknown script"
-    out = [f"# NPU readiness: {_cell(name)}", "", f"**{_cell(view.verdict_line(result))}**", ""]
+    out = [f"# NPU readiness: {_cell(name)}", "", f"**{_cell(headline.verdict_line(result))}**", ""]
     out.append(f"**Readiness score:** {view.NA if score is None else f'{score:.0f}/100'} · "
-               f"**target:** {_cell(view.target_text(result))} · "
+               f"**target:** {_cell(headline.target_text(result))} · "
                f"**operator signatures:** {len(result.operators)}")
     if not result.complete:
         out += ["", f"> **Incomplete scan:** {_cell(result.incomplete_reason or view.NA)}"]
     out += ["", "## Verdicts", ""]
     out += _table(["verdict", "signatures", "time share"],
                   [[v, counts.get(v, 0), view.fmt_percent(shares.get(v))] for v in VERDICTS])
-    out += ["", "## Scan", ""] + _table(["", ""], [list(item) for item in view.scan_metadata(result)])
+    out += ["", "## Scan", ""] + _table(["", ""], [list(item) for item in headline.scan_metadata(result)])
 
     fixes = view.top_fixes(result)
     out += ["", "## Top things to fix", ""]
@@ -53,7 +53,7 @@ def render_markdown(result: ScanResult) -> str:
                       [[i, f.kind, f.what, f.where, view.fmt_percent(f.share) if f.share is not None else "—", f.fix]
                        for i, f in enumerate(fixes, start=1)])
     else:
-        out.append(_cell(view.nothing_to_change_text(result)))
+        out.append(_cell(headline.nothing_to_change_text(result)))
     from opscope.report.npu_section import markdown_lines
     out += markdown_lines(result, _cell, _table)
 
@@ -95,23 +95,24 @@ def render_markdown(result: ScanResult) -> str:
         out += _table(["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
                       [[p.get("where"), p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
                        for p in result.fake_mode.get("places") or []])
-    if result.verification:
+    if result.verification is not None and not result.verification.is_empty():
         out += _verification_lines(result.verification)
     return "\n".join(out) + "\n"
 
 
-def _verification_lines(verification: dict) -> list[str]:
+def _verification_lines(verification: Verification) -> list[str]:
     """Counts per outcome, the signatures that did not pass and the e2e verdict."""
-    counts = view.verification_counts(verification)
-    out = ["", f"## Verification on {_cell(verification.get('device') or view.NA)}", ""]
-    out += _table(["outcome", "signatures"], [[o, counts[o]] for o in view.OUTCOMES])
-    bad = [r for r in view.verification_rows(verification) if r.outcome in ("fail", "error", "warn")]
+    counts = verification_view.verification_counts(verification)
+    out = ["", f"## Verification on {_cell(verification.device or view.NA)}", ""]
+    out += _table(["outcome", "signatures"], [[o, counts[o]] for o in verification_view.OUTCOMES])
+    bad = [r for r in verification_view.verification_rows(verification) if r.outcome in ("fail", "error", "warn")]
     if bad:
         out += [""] + _table(["operator", "outcome", "cosine", "max rel err", "message"],
                              [[r.op + (f".{r.overload}" if r.overload else ""), r.outcome,
-                               view.fmt_metric(r.cosine, 6), view.fmt_metric(r.max_rel_err), r.message]
+                               verification_view.fmt_metric(r.cosine, 6),
+                               verification_view.fmt_metric(r.max_rel_err), r.message]
                               for r in bad[:MAX_ROWS]])
-    e2e = view.e2e_summary(verification)
+    e2e = verification_view.e2e_summary(verification)
     if e2e is not None:
         out += ["", f"**End-to-end losses ({_cell(e2e['candidate'])} vs {_cell(e2e['reference_device'])}):** "
                     f"{_cell(e2e['verdict'])}: {_cell(e2e['message'])}"]

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from opscope.model import ScanResult
-from opscope.report import view
+from opscope.report import headline, view
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -136,16 +136,15 @@ def print_numeric_checks(result: ScanResult, console: Console, run_dir: str = "R
 def print_summary(result: ScanResult, console: Console | None = None, top: int = 12,
                   run_dir: str | None = None) -> None:
     console = console or make_console()
-    state, why = view.scan_state(result)
+    state, why = headline.scan_state(result)
     status = "[green]complete[/]" if result.complete else f"[red]{'failed' if state == 'failed' else 'incomplete'}[/]: " \
         + escape(result.incomplete_reason or why)
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
                   f"steps={len(result.steps)}  {status}")
-    summary = result.summary or {}
-    if summary:
+    if not result.summary.is_empty():
         from opscope.analysis.verdicts import describe_readiness
-        console.print(f"[bold]{describe_readiness(summary, result.target)}[/]")
-    console.print(view.verdict_line(result))
+        console.print(f"[bold]{describe_readiness(result.summary, result.target)}[/]")
+    console.print(headline.verdict_line(result))
     narrow = console.width < NARROW
     fixes = fixes_table(result, top=10)
     if fixes is not None:
@@ -157,12 +156,12 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         if more > 0:
             console.print(f"[dim]+{more} more in report.html / report.xlsx (sheet Fixes)[/]")
     else:
-        console.print(view.nothing_to_change_text(result))
+        console.print(headline.nothing_to_change_text(result))
     from opscope.report.npu_section import print_terminal
     print_terminal(result, console)
     print_numeric_checks(result, console, run_dir or "RUN_DIR")
-    if summary:
-        counts = summary.get("verdict_counts") or {}
+    if not result.summary.is_empty():
+        counts = result.summary.verdict_counts or {}
         parts = [f"[{VERDICT_STYLE.get(k, '')}]{k}[/]={v}" for k, v in counts.items() if v]
         console.print("operator signatures by verdict: " + "  ".join(parts))
     table = top_operators_table(result, top=top)

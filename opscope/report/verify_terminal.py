@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from opscope.analysis.verify import result_rows
+from opscope.model import Verification
+from opscope.report.verification_view import OUTCOME_ORDER
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "red", "measured": "blue", "skipped": "dim"}
 
@@ -31,23 +32,28 @@ def _fmt(value, digits=4):
     return str(value)
 
 
-def print_verification(verification: dict, console, top: int = 20, show_skipped: bool = False) -> None:
+def _dtypes(dtypes) -> str:
+    return ",".join(str(d).replace("c10::", "") for d in dtypes or [] if d not in ("Scalar", "ScalarList", ""))
+
+
+def print_verification(verification: Verification, console, top: int = 20, show_skipped: bool = False) -> None:
     """Counts per outcome, then the worst signatures with the msprobe metrics."""
     from rich.table import Table
-    counts = verification.get("counts", {})
-    summary = Table(title=f"Operator verification on {verification.get('device')} "
-                          f"({verification.get('inputs', 'synthetic')} inputs)", show_lines=False)
+    counts = verification.counts or {}
+    summary = Table(title=f"Operator verification on {verification.device} "
+                          f"({verification.inputs or 'synthetic'} inputs)", show_lines=False)
     for outcome in ("pass", "warn", "fail", "error", "measured", "skipped"):
         summary.add_column(outcome, justify="right", style=STYLE[outcome])
     summary.add_column("disagreements", justify="right")
     summary.add_row(*[str(counts.get(k, 0)) for k in ("pass", "warn", "fail", "error", "measured", "skipped",
                                                         "disagreements")])
     console.print(summary)
-    if verification.get("device") == "cpu":
+    if verification.device == "cpu":
         console.print("[blue]--device cpu: the device run would be the reference run, so nothing is judged; "
                       "'measured' rows are the CPU's own kernels against float64 (CPU numerics, not NPU "
                       "evidence). Substitutes are real comparisons.[/]")
-    rows = [r for r in result_rows(verification) if show_skipped or r["outcome"] != "skipped"]
+    results = sorted(verification.results or [], key=lambda r: OUTCOME_ORDER.get(r.outcome or "", 9))
+    rows = [r for r in results if show_skipped or r.outcome != "skipped"]
     if not rows:
         print_substitutes(verification, console)
         return
@@ -56,31 +62,31 @@ def print_verification(verification: dict, console, top: int = 20, show_skipped:
                  "standard", "message"):
         table.add_column(name, overflow="fold")
     for row in rows[:top]:
-        dtypes = ",".join(d.replace("c10::", "") for d in (row["dtypes"] or []) if d not in ("Scalar", "ScalarList", ""))
-        message = row["message"] or ""
-        if row.get("disagreement"):
-            message = f"{row['disagreement']}; {message}".strip("; ")
-        table.add_row(f"[{STYLE.get(row['outcome'], '')}]{row['outcome']}[/]", row["op"], dtypes,
-                      _fmt(row["cosine"], 6), _fmt(row["max_abs_err"]), _fmt(row["max_rel_err"]),
-                      _fmt(row["ratio_rel_err_lt_0_001"]), _fmt(row["ratio_rel_err_lt_0_005"]),
-                      row["standard"] or "-", message[:160])
+        message = row.message or ""
+        if row.disagreement:
+            message = f"{row.disagreement}; {message}".strip("; ")
+        m = row.metrics or {}   # msprobe's metrics by name
+        table.add_row(f"[{STYLE.get(row.outcome or '', '')}]{row.outcome}[/]",
+                      (row.op or "") + (f".{row.overload}" if row.overload else ""), _dtypes(row.dtypes),
+                      _fmt(m.get("cosine"), 6), _fmt(m.get("max_abs_err")), _fmt(m.get("max_rel_err")),
+                      _fmt(m.get("ratio_rel_err_lt_0_001")), _fmt(m.get("ratio_rel_err_lt_0_005")),
+                      row.standard or "-", message[:160])
     console.print(table)
     print_substitutes(verification, console)
 
 
-def print_substitutes(verification: dict, console) -> None:
+def print_substitutes(verification: Verification, console) -> None:
     """The suggested substitutes replayed against the ops they replace."""
     from rich.table import Table
-    rows = verification.get("substitutes") or []
+    rows = verification.substitutes or []
     if not rows:
         return
     table = Table(title="Suggested substitutes, replayed against the original on the captured shapes")
     for name in ("outcome", "op", "dtypes", "substitute", "result"):
         table.add_column(name, overflow="fold")
     for row in rows:
-        dtypes = ",".join(d.replace("c10::", "") for d in (row.get("dtypes") or []) if d not in ("Scalar", "ScalarList", ""))
-        table.add_row(f"[{STYLE.get(row['outcome'], '')}]{row['outcome']}[/]", row["op"], dtypes,
-                      row.get("check", ""), (row.get("message") or "")[:200])
+        table.add_row(f"[{STYLE.get(row.outcome or '', '')}]{row.outcome}[/]", row.op or "", _dtypes(row.dtypes),
+                      row.check or "", (row.message or "")[:200])
     console.print(table)
 
 

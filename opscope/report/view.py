@@ -1,8 +1,9 @@
 """Turn a ScanResult into plain rows and figures every reporter shows the same way.
 
 HTML, XLSX and Markdown must agree on what "time share" or "top fix" means, so the
-arithmetic lives here once.  Everything is defensive: a scan.json written by an
-older or partial scan (no verdicts yet, no summary) still renders, with "n/a".
+arithmetic lives here once.  A scan.json written by an older or partial scan (no
+verdicts yet, no summary) still renders, with "n/a"; the loader has checked its types.
+The headline sentences live in ``headline``, the ``verify`` section in ``verification_view``.
 """
 from __future__ import annotations
 
@@ -246,23 +247,11 @@ def operator_rows(result: ScanResult) -> list[OperatorRow]:
     return rows
 
 
-def _pick(value, keys):
-    """A number, or the first of ``keys`` when the summary nests {verdict: {count, share}}."""
-    if isinstance(value, dict):
-        return next((value[k] for k in keys if k in value), 0)
-    return value
-
-
 def verdict_counts(result: ScanResult) -> dict[str, int]:
     """Operator signatures per verdict: from the summary when present, else counted."""
-    summary = result.summary or {}
-    for key in ("verdict_counts", "counts", "verdicts"):
-        given = summary.get(key)
-        if isinstance(given, dict) and given:
-            try:
-                return {v: int(_pick(given.get(v), ("count", "signatures", "operators")) or 0) for v in VERDICTS}
-            except (TypeError, ValueError):
-                break
+    given = result.summary.verdict_counts
+    if given:
+        return {v: given.get(v) or 0 for v in VERDICTS}
     counts = {v: 0 for v in VERDICTS}
     for op in result.operators:
         counts[verdict_of(op)] += 1
@@ -271,14 +260,9 @@ def verdict_counts(result: ScanResult) -> dict[str, int]:
 
 def verdict_time_share(result: ScanResult) -> dict[str, float]:
     """Share (0..1) of measured operator time per verdict."""
-    summary = result.summary or {}
-    for key in ("time_share", "verdict_time_share", "time_share_by_verdict", "verdicts"):
-        given = summary.get(key)
-        if isinstance(given, dict) and given:
-            try:
-                return {v: float(_pick(given.get(v), ("time_share", "share")) or 0.0) for v in VERDICTS}
-            except (TypeError, ValueError):
-                break
+    given = result.summary.time_share
+    if given:
+        return {v: float(given.get(v) or 0.0) for v in VERDICTS}
     total = total_time_us(result)
     shares = {v: 0.0 for v in VERDICTS}
     if total:
@@ -288,8 +272,8 @@ def verdict_time_share(result: ScanResult) -> dict[str, float]:
 
 
 def readiness_score(result: ScanResult):
-    score = (result.summary or {}).get("readiness_score")
-    return score if isinstance(score, (int, float)) else None
+    """The 0-100 score, None when nothing was measured (``summary.score_unavailable`` says why)."""
+    return result.summary.readiness_score
 
 
 @dataclass
@@ -429,280 +413,15 @@ def numeric_checks(result: ScanResult) -> list[NumericCheck]:
     return checks
 
 
-def score_colour(score, result: ScanResult) -> str:
-    """'good' / 'mid' / 'bad' for the score card: never 'good' while an error finding or a blocking
-    operator remains, whatever the number says."""
-    if score is None:
-        return ""
-    level = "good" if score >= 80 else "mid" if score >= 50 else "bad"
-    blocking = any(verdict_of(op) in BLOCKING and op.verdict for op in result.operators)
-    errors = any((f.severity or "") == "error" for f in result.findings)
-    if level == "good" and (blocking or errors):
-        level = "mid"
-    return level
-
-
-def measured_steps(result: ScanResult) -> int:
-    """Training iterations captured whole: what a verdict can stand on."""
-    return sum(1 for s in result.steps or [] if s.complete)
-
-
-def scan_state(result: ScanResult) -> tuple[str, str]:
-    """('complete' | 'incomplete' | 'failed', why): a failed scan measured no training iteration (no
-    score), so it has no verdict; an incomplete one has one only for the steps it measured."""
-    summary = result.summary or {}
-    exit_info = result.exit or {}
-    reason = str(result.incomplete_reason or exit_info.get("message") or exit_info.get("kind") or "")
-    unavailable = str(summary.get("score_unavailable") or "")
-    if unavailable or (not result.complete and not measured_steps(result)):
-        why = "; ".join(dict.fromkeys(r for r in (reason, unavailable) if r)) or "nothing was measured"
-        return "failed", why
-    if not result.complete:
-        return "incomplete", reason or "the run stopped early"
-    return "complete", ""
-
-
-def nothing_to_change_text(result: ScanResult) -> str:
-    """What an empty what-to-change list means: never 'nothing to change' for a run that was not seen."""
-    state, why = scan_state(result)
-    if state == "failed":
-        return f"No verdict: the scan failed before any training iteration was measured ({why})."
-    if state == "incomplete":
-        n = measured_steps(result)
-        return (f"No change found in the {n} step{'s' if n != 1 else ''} measured; the run stopped early "
-                f"({why}), so what comes after was not seen.")
-    return "Nothing to change: every operator seen runs on the NPU and no CUDA-only call was found."
-
-
-def verdict_line(result: ScanResult) -> str:
-    """One sentence: what stands between this script and a clean run on the chosen torch_npu."""
-    target = (result.target or {}).get("version")
-    state, why = scan_state(result)
-    if state == "failed":
-        return f"Scan failed — no verdict{f' for torch_npu {target}' if target else ''}: {why}."
-    head = f"On torch_npu {target}" if target else "On the NPU"
-    if state == "incomplete":
-        n = measured_steps(result)
-        head = f"Incomplete — {n} step{'s' if n != 1 else ''} measured ({why}). {head}, in what was measured"
-    if not verdicts_computed(result):
-        return f"{head}: support verdicts were not computed for this scan."
-    names: dict[str, set] = {v: set() for v in BLOCKING}
-    for op in result.operators:
-        if op.verdict in BLOCKING:
-            names[op.verdict].add(op.name)
-    parts = []
-    for verdict, label in (("unsupported", "cannot run"), ("cpu-fallback", "fall back to the CPU"),
-                           ("unknown", "are not covered by the support list")):
-        if names[verdict]:
-            n = len(names[verdict])
-            parts.append(f"{n} operator{'s' if n != 1 else ''} {label if n != 1 else _singular(label)}")
-    errors = sum(1 for f in result.findings if f.severity == "error")
-    if errors:
-        parts.append(f"{errors} CUDA-only call{'s' if errors != 1 else ''} must change")
-    if result.root_causes:
-        n = len(result.root_causes)
-        parts.append(f"{n} line{'s' if n != 1 else ''} cause{'' if n != 1 else 's'} dynamic shapes")
-    if not parts and state == "incomplete":
-        return f"{head}: no operator blocks the port and no CUDA-only call must change; the rest was not seen."
-    if not parts:
-        return f"{head}: every operator seen runs on the NPU and no CUDA-only call must change."
-    share = (result.summary or {}).get("blocking_time_share")
-    tail = f" ({fmt_percent(share)} of operator time not native)" if isinstance(share, (int, float)) and share else ""
-    return f"{head}: " + ", ".join(parts) + tail + "."
-
-
-def _singular(label: str) -> str:
-    return {"fall back to the CPU": "falls back to the CPU",
-            "are not covered by the support list": "is not covered by the support list"}.get(label, label)
-
-
-def scan_metadata(result: ScanResult) -> list[tuple[str, str]]:
-    """(label, text) pairs describing what was scanned, for the summary block."""
-    settings = result.settings or {}
-    exit_info = result.exit or {}
-    if result.complete:
-        status = "complete"
-    else:
-        status = "incomplete: " + str(result.incomplete_reason or exit_info.get("message") or exit_info.get("kind") or NA)
-    steps = len(result.steps) if result.steps else 0
-    asked = settings.get("steps")
-    return [
-        ("Script", result.script or NA),
-        ("Arguments", " ".join(str(a) for a in result.argv) if result.argv else "(none)"),
-        ("Device", result.device + (f" (asked: {settings['requested_device']})"
-                                    if settings.get("requested_device") not in (None, result.device) else "")),
-        ("torch", result.torch_version or NA),
-        ("Python", result.python_version or NA),
-        ("Steps captured", f"{steps}" + (f" of {asked} asked" if asked else "")),
-        ("Status", status),
-        ("Started", result.started_at or NA),
-        ("Duration", f"{result.duration_s:.1f} s" if result.duration_s else NA),
-        ("opscope", result.tool_version or NA),
-    ]
-
-
-def target_text(result: ScanResult) -> str:
-    target = result.target or {}
-    if not target:
-        return NA
-    text = f"{target.get('package') or 'torch_npu'} {target.get('version') or NA}"
-    if target.get("source"):
-        text += f" ({target['source']})"
-    if target.get("torch_schema"):  # whose composite/structured facts judged decompositions
-        text += f", judged with {target['torch_schema']}"
-    return text
-
-
 def not_supported_rows(rows: list[OperatorRow]) -> list[OperatorRow]:
     return [r for r in rows if r.verdict in BLOCKING]
 
 
-# ------------------------------------------------------------------ verification (opscope verify)
-
-OUTCOMES = ("pass", "warn", "fail", "error", "measured", "skipped")
-OUTCOME_ORDER = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "measured": 4, "skipped": 5}  # worst first, as result_rows
-OUTCOME_FILLS = {"pass": "C8E6C9", "warn": "FFE082", "fail": "FFCDD2", "error": "FFCDD2", "measured": "BBDEFB",
-                 "skipped": "E0E0E0"}
-
-
-@dataclass
-class VerificationRow:
-    """One replayed operator signature as the HTML and XLSX tables show it."""
-    op: str
-    overload: str
-    shapes: str
-    dtypes: str
-    outcome: str
-    cosine: float | None
-    max_abs_err: float | None
-    max_rel_err: float | None
-    standard: str
-    message: str
-    predicted_verdict: str
-    disagreement: str
-
-
 def obj(value) -> dict:
-    """``value`` if it is a JSON object, else {}: blocks written by other tools may be malformed."""
+    """``value`` if it is a JSON object, else {}: free-form blocks (evidence, e2e) may hold anything."""
     return value if isinstance(value, dict) else {}
 
 
 def seq(value) -> list:
     """``value`` if it is a JSON list, else []."""
     return value if isinstance(value, list) else []
-
-
-def _key(value):
-    return value if isinstance(value, (int, str, float)) or value is None else str(value)
-
-
-def _number(value):
-    """A metric as a float, or None when absent or not a number (scan.json stores NaN as null)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def verification_counts(verification: dict | None) -> dict[str, int]:
-    """Signatures per outcome (pass/warn/fail/error/skipped), counted when the block has no counts."""
-    verification = verification or {}
-    given = obj(verification.get("counts"))
-    counts = {o: 0 for o in OUTCOMES}
-    if given:
-        for o in OUTCOMES:
-            try:
-                counts[o] = int(given.get(o) or 0)
-            except (TypeError, ValueError):
-                counts[o] = 0
-        return counts
-    for r in seq(verification.get("results")):
-        outcome = obj(r).get("outcome")
-        if isinstance(outcome, str) and outcome in counts:
-            counts[outcome] += 1
-    return counts
-
-
-def verification_rows(verification: dict | None) -> list[VerificationRow]:
-    """Replayed signatures, worst outcome first (the order of analysis.verify.result_rows)."""
-    rows = []
-    for r in seq((verification or {}).get("results")):
-        if not isinstance(r, dict):
-            continue
-        metrics = obj(r.get("metrics"))
-        rows.append(VerificationRow(
-            op=str(r.get("op") or ""), overload=str(r.get("overload") or ""),
-            shapes=fmt_shapes(r.get("input_shapes")), dtypes=fmt_dtypes(r.get("dtypes")),
-            outcome=str(r.get("outcome") or "skipped"), cosine=_number(metrics.get("cosine")),
-            max_abs_err=_number(metrics.get("max_abs_err")), max_rel_err=_number(metrics.get("max_rel_err")),
-            standard=str(r.get("standard") or ""), message=str(r.get("message") or ""),
-            predicted_verdict=str(r.get("predicted_verdict") or ""), disagreement=str(r.get("disagreement") or "")))
-    rows.sort(key=lambda row: OUTCOME_ORDER.get(row.outcome, 9))
-    return rows
-
-
-def skip_reason(message: str) -> str:
-    """A skipped signature's message as a reason shared by others: 'argument weight was not recorded
-    and has no default' -> 'an argument was not recorded and has no default'."""
-    text = re.split(r" \(|;", str(message or "").strip(), maxsplit=1)[0]
-    text = re.sub(r"^\S+::\S+?(?::| is)\s", lambda m: "" if m.group(0).endswith(": ") else "operator is ", text)
-    text = re.sub(r"\bargument \w+", "an argument", text)
-    text = re.sub(r"\bdtype \S+", "a dtype", text)
-    text = re.sub(r"\d[\d,]*", "N", text)
-    text = text.split(": ", 1)[0] if text.startswith("opscope could not replay") else text
-    return text.strip() or "no reason recorded"
-
-
-def skip_reasons(verification: dict | None) -> list[tuple[str, int]]:
-    """(reason, count) for the skipped signatures, most frequent first."""
-    counts: dict[str, int] = {}
-    for r in (verification or {}).get("results") or []:
-        if r.get("outcome") == "skipped":
-            reason = skip_reason(r.get("message"))
-            counts[reason] = counts.get(reason, 0) + 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def fmt_skip_reasons(verification: dict | None) -> str:
-    return "; ".join(f"{n} {reason}" for reason, n in skip_reasons(verification))
-
-
-def verification_metadata(verification: dict | None) -> list[tuple[str, str]]:
-    """(label, text) pairs saying how the verification ran."""
-    v = verification or {}
-    counts = obj(v.get("counts"))
-    return [
-        ("Device", str(v.get("device") or NA)),
-        ("Inputs", str(v.get("inputs") or NA) + (f" (seed {v['seed']})" if v.get("seed") is not None else "")),
-        ("Reference", str(v.get("reference") or NA)),
-        ("Standards", str(v.get("standards") or NA)),
-        ("Signatures", str(counts.get("total", len(seq(v.get("results")))))),
-        ("Disagreements with predicted verdicts", str(counts.get("disagreements", 0))),
-        ("Skipped, by reason", fmt_skip_reasons(v) or "none"),
-        ("Started", str(v.get("started_at") or NA)),
-        ("Duration", f"{v['duration_s']:.1f} s" if isinstance(v.get("duration_s"), (int, float)) else NA),
-    ]
-
-
-def e2e_summary(verification: dict | None) -> dict | None:
-    """The end-to-end loss comparison: verdict, message and one dict per step; None when absent."""
-    e2e = (verification or {}).get("e2e")
-    if not isinstance(e2e, dict):
-        return None
-    comparison = obj(e2e.get("comparison"))
-    loss_steps = [row for row in seq(obj(comparison.get("loss")).get("steps")) if isinstance(row, dict)]
-    grads = {_key(row.get("step")): row for row in seq(obj(comparison.get("grad_norm")).get("steps"))
-             if isinstance(row, dict)}
-    steps = []
-    for row in loss_steps:
-        g = grads.get(_key(row.get("step")), {})
-        steps.append({"step": row.get("step"), "reference": _number(row.get("reference")),
-                      "candidate": _number(row.get("candidate")), "abs_diff": _number(row.get("abs_diff")),
-                      "rel_diff": _number(row.get("rel_diff")), "grad_reference": _number(g.get("reference")),
-                      "grad_candidate": _number(g.get("candidate")), "ok": bool(row.get("ok"))})
-    return {"verdict": str(comparison.get("verdict") or "error"), "message": str(comparison.get("message") or ""),
-            "reference_device": str(e2e.get("reference_device") or "cpu"),
-            "candidate": str(e2e.get("candidate") or NA), "seed": e2e.get("seed"), "steps": steps}
-
-
-def fmt_metric(value, digits: int = 4) -> str:
-    return "—" if value is None else f"{value:.{digits}g}"

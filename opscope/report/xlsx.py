@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from opscope.model import VERDICTS, ScanResult
-from opscope.report import view
+from opscope.model import VERDICTS, ScanResult, Verification
+from opscope.report import headline, verification_view, view
 from opscope.report.cells import set_cell
 
 MAX_WIDTH = 60
@@ -92,35 +92,35 @@ def _finite(value):
     return value
 
 
-def _add_verification(wb, summary_ws, verification: dict) -> None:
+def _add_verification(wb, summary_ws, verification: Verification) -> None:
     """Outcome counts on the Summary sheet, the replayed signatures (worst first) and e2e losses."""
     from openpyxl.styles import PatternFill
 
-    counts = view.verification_counts(verification)
-    for outcome in view.OUTCOMES:
+    counts = verification_view.verification_counts(verification)
+    for outcome in verification_view.OUTCOMES:
         summary_ws.append([f"verification: {outcome}", counts[outcome], None])
-        colour: str | None = view.OUTCOME_FILLS[outcome]
+        colour: str | None = verification_view.OUTCOME_FILLS[outcome]
         summary_ws.cell(row=summary_ws.max_row, column=1).fill = PatternFill("solid", start_color=colour,
                                                                              end_color=colour)
     summary_ws.append(["verification device", None, None])
-    _text_cell(summary_ws.cell(row=summary_ws.max_row, column=2), str(verification.get("device") or view.NA))
+    _text_cell(summary_ws.cell(row=summary_ws.max_row, column=2), verification.device or view.NA)
     summary_ws.auto_filter.ref = f"A1:C{summary_ws.max_row}"
 
     rows = [[r.op, r.overload, r.shapes, r.dtypes, r.outcome, _finite(r.cosine), _finite(r.max_abs_err),
              _finite(r.max_rel_err),
              r.standard, r.message, r.predicted_verdict, r.disagreement]
-            for r in view.verification_rows(verification)]
+            for r in verification_view.verification_rows(verification)]
     _sheet(wb, "Verification", VERIFICATION_HEADERS, rows, formats={5: METRIC, 6: SCIENTIFIC, 7: SCIENTIFIC},
-           verdict_col=4, fills=view.OUTCOME_FILLS)
+           verdict_col=4, fills=verification_view.OUTCOME_FILLS)
 
-    e2e = view.e2e_summary(verification)
+    e2e = verification_view.e2e_summary(verification)
     if e2e is not None:
         steps = [[s["step"]] + [_finite(s[k]) for k in ("reference", "candidate", "abs_diff", "rel_diff",
                                                            "grad_reference", "grad_candidate")]
                  + ["yes" if s["ok"] else "no"] for s in e2e["steps"]]
         steps.append([f"verdict: {e2e['verdict']}", None, None, None, None, None, None, e2e["message"]])
         ws = _sheet(wb, "E2E losses", E2E_HEADERS, steps, formats={3: SCIENTIFIC, 4: SCIENTIFIC})
-        colour = view.OUTCOME_FILLS.get(e2e["verdict"])
+        colour = verification_view.OUTCOME_FILLS.get(e2e["verdict"])
         if colour:
             ws.cell(row=ws.max_row, column=1).fill = PatternFill("solid", start_color=colour, end_color=colour)
 
@@ -171,11 +171,11 @@ def build_workbook(result: ScanResult):
     shares = view.verdict_time_share(result)
     score = view.readiness_score(result)
 
-    summary = [["verdict", view.verdict_line(result), None],
+    summary = [["verdict", headline.verdict_line(result), None],
                ["readiness score (0-100)", score if score is not None else view.NA, None],
-               ["target", view.target_text(result), None],
+               ["target", headline.target_text(result), None],
                ["operator signatures", len(result.operators), None]]
-    summary += [[label, text, None] for label, text in view.scan_metadata(result)]
+    summary += [[label, text, None] for label, text in headline.scan_metadata(result)]
     summary += [[f"verdict: {v}", counts.get(v, 0), shares.get(v, 0.0)] for v in VERDICTS]
     summary += [[f"fix {i}: {f.kind}", f"{f.what} @ {f.where}: {f.fix}" if f.where else f"{f.what}: {f.fix}",
                  f.share] for i, f in enumerate(view.top_fixes(result), start=1)]
@@ -224,7 +224,7 @@ def build_workbook(result: ScanResult):
         _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
                [[p.get("where") or view.NA, p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
                 for p in result.fake_mode.get("places") or []])
-    if result.verification:
+    if result.verification is not None and not result.verification.is_empty():
         _add_verification(wb, wb["Summary"], result.verification)
     return wb
 
