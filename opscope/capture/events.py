@@ -75,6 +75,13 @@ KINETO = Reading(classify=_classify, details=_details, phase_of=_phase_from, per
                  private_label="{} (backend-private)", backward_sources=True)
 
 
+try:   # the profiler's own enum: comparing to it is cheaper than formatting each event's device
+    from torch._C._autograd import DeviceType as _DeviceType
+    _CPU = _DeviceType.CPU
+except ImportError:  # pragma: no cover - torch without the enum: never equal, every event is a kernel
+    _CPU = object()
+
+
 def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
     """Build OpCalls for one step (the kineto adapter of ``opscope.parsers.calls``).
 
@@ -85,7 +92,7 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     threads: dict[int, list] = {}
     device = []
     for e in events:
-        if str(e.device_type()).endswith("CPU"):
+        if e.device_type() == _CPU:
             tid = e.start_thread_id()
             rec = (e.start_ns(), e.duration_ns(), e.name(), e.sequence_nr(), e.correlation_id(), step, e)
             records = threads.get(tid)
@@ -106,6 +113,13 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     return builder.finish()
 
 
+def _shallow(value):
+    """``freeze`` for the common depth: a list of scalars or of dimension lists (None stays None)."""
+    if value is None:
+        return None
+    return tuple([tuple(v) if type(v) is list else v for v in value])
+
+
 def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
     """Fold identical calls of one step into one record with ``count`` and summed times.
 
@@ -119,11 +133,19 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     folded: dict[tuple, OpCall] = {}
     shared = {} if shared is None else shared
     for c in calls:
-        shapes, dtypes, scalars = freeze(c.input_shapes), freeze(c.dtypes), freeze(c.scalars)
-        children, origins = tuple(c.children), tuple(sorted(c.origins or ()))
+        # two levels (a list of dimension lists) cover nearly every call; a deeper list (a TensorList's
+        # shapes) is left unhashable by them, and then the whole value is frozen
+        shapes, dtypes, scalars = _shallow(c.input_shapes), tuple(c.dtypes), _shallow(c.scalars)
+        children, origins = tuple(c.children), tuple(sorted(c.origins)) if c.origins else ()
         key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
-               c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins, c.library)
-        kept = folded.get(key)
+               c.origin_cause, c.device, c.thread, children, _shallow(c.output_shapes), origins, c.library)
+        try:
+            kept = folded.get(key)
+        except TypeError:
+            shapes, dtypes, scalars = freeze(c.input_shapes), freeze(c.dtypes), freeze(c.scalars)
+            key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
+                   c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins, c.library)
+            kept = folded.get(key)
         if kept is not None:
             kept.count += c.count
             kept.self_time_us += c.self_time_us
