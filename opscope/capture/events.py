@@ -9,6 +9,8 @@ thread from timestamps, like the profiler's own FunctionEvent tree.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from opscope.knowledge import is_backend_private
 from opscope.model import OpCall, freeze
 from opscope.parsers.calls import MARK, MODE, OPERATOR, PRIVATE, TABLE, CallBuilder, Reading
@@ -77,7 +79,7 @@ KINETO = Reading(classify=_classify, details=_details, phase_of=_phase_from, per
 
 try:   # the profiler's own enum: comparing to it is cheaper than formatting each event's device
     from torch._C._autograd import DeviceType as _DeviceType
-    _CPU = _DeviceType.CPU
+    _CPU: Any = _DeviceType.CPU
 except ImportError:  # pragma: no cover - torch without the enum: never equal, every event is a kernel
     _CPU = object()
 
