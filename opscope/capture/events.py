@@ -80,8 +80,8 @@ KINETO = Reading(classify=_classify, details=_details, phase_of=_phase_from, per
 try:   # the profiler's own enum: comparing to it is cheaper than formatting each event's device
     from torch._C._autograd import DeviceType as _DeviceType
     _CPU: Any = _DeviceType.CPU
-except ImportError:  # pragma: no cover - torch without the enum: never equal, every event is a kernel
-    _CPU = object()
+except ImportError:  # pragma: no cover - a torch without the enum: told by its name, as before
+    _CPU = None
 
 
 def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
@@ -94,7 +94,8 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
     threads: dict[int, list] = {}
     device = []
     for e in events:
-        if e.device_type() == _CPU:
+        kind = e.device_type()
+        if kind == _CPU if _CPU is not None else str(kind).endswith("CPU"):
             tid = e.start_thread_id()
             rec = (e.start_ns(), e.duration_ns(), e.name(), e.sequence_nr(), e.correlation_id(), step, e)
             records = threads.get(tid)
