@@ -348,3 +348,14 @@ def test_batch_size_per_side_and_its_errors(capsys):
     for bad in ("0", "8,x", "1,2,3", ",", "-4"):
         with pytest.raises(UserError):
             _batch_sizes(bad)
+
+
+def test_batch_size_guess_skips_tensor_list_inputs():
+    """A TensorList input (a list of four shapes) is not a 4-D batch: the guess takes the real one
+    (``opscope diff RUN TRACE`` of a GRU tagger crashed comparing a list with 0)."""
+    from opscope.analysis.diff_steps import batch_size_of
+    from opscope.model import OpCall, Profile
+    calls = [OpCall(name="aten::gru", input_shapes=[[8, 18, 16], [[48, 16], [48, 16], [48], [48]]], phase="forward"),
+             OpCall(name="aten::conv2d", input_shapes=[[6, 3, 32, 32], [16, 3, 3, 3]], phase="forward")]
+    size, how = batch_size_of(Profile(calls=calls, device="cpu"))
+    assert size == 6 and "conv2d" in how

@@ -35,7 +35,9 @@ def batch_size_of(profile: Profile, measured_steps=None) -> tuple[int | None, st
     for call in profile.calls:
         if call.phase == "forward" and (not steps or call.step in steps):
             for shape in call.input_shapes or []:
-                if isinstance(shape, (list, tuple)) and len(shape) == 4 and shape[0] and shape[0] > 0:
+                # (a TensorList input is a list of shapes: its first item is a list, not a size)
+                if isinstance(shape, (list, tuple)) and len(shape) == 4 and isinstance(shape[0], int) \
+                        and not isinstance(shape[0], bool) and shape[0] > 0:
                     return int(shape[0]), f"guessed from the first 4-D input {list(shape)} of {call.name}"
     return None, None
 
