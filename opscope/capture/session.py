@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from opscope.capture.loaders import install_dataloader_tagging
 from opscope.capture.patches import Restore
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter
+from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter, rss_mb
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
@@ -498,12 +497,12 @@ class CaptureSession:
         paused on the main thread.
         """
         import threading as _t
-        base = _rss_mb()
+        base = rss_mb()
         budget = self.max_capture_mb
 
         def loop():
             while not self.done:
-                if self.prof is not None and _rss_mb() - base > budget \
+                if self.prof is not None and rss_mb() - base > budget \
                         and "after_calls" not in self._unrecorded:
                     self.tracker.call_cap = self.tracker.calls_in_step + 1
                 time.sleep(0.05)
@@ -544,11 +543,3 @@ class CaptureSession:
         if self.step_marker != "auto":
             return self.step_marker
         return "optimizer" if self.optimizer_seen else "iteration"
-
-
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):  # not Linux: no memory guard
-        return 0.0
