@@ -82,6 +82,7 @@ class SourceTable:
     def __init__(self):
         self.ids: dict[tuple, int] = {}
         self.entries: list[tuple] = []
+        self.labels: list[str] = []   # "opscope#<id>" per entry: made once, not per call
 
     def intern(self, triple: tuple) -> int:
         idx = self.ids.get(triple)
@@ -89,6 +90,7 @@ class SourceTable:
             idx = len(self.entries)
             self.ids[triple] = idx
             self.entries.append(triple)
+            self.labels.append(f"opscope#{idx}")
         return idx
 
 
@@ -461,10 +463,10 @@ class SourceTracker(TorchFunctionMode):
                   tuple(sorted(annotated)), library)
         idx = self.table.intern(triple)
         if _RecordFunction is not None:
-            with _RecordFunction(f"opscope#{idx}"):
+            with _RecordFunction(self.table.labels[idx]):
                 out = func(*args, **kwargs)
         else:  # pragma: no cover - older torch
-            with torch.autograd.profiler.record_function(f"opscope#{idx}"):
+            with torch.autograd.profiler.record_function(self.table.labels[idx]):
                 out = func(*args, **kwargs)
         if on_device and self.remapper is not None:
             for t in iter_tensors(out):
