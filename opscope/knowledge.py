@@ -54,6 +54,12 @@ def load(name: str) -> dict:
     return load_path(support_matrix_dir() / name, name)
 
 
+@cache
+def load_optional(name: str) -> dict:
+    """``load``, or ``{}`` when the file is not shipped (an optional knowledge file)."""
+    return load(name) if (support_matrix_dir() / name).is_file() else {}
+
+
 def load_path(path, name: str | None = None) -> dict:
     """A knowledge yaml at ``path`` (``name`` picks its schema); bad content is an InputError (exit 2)."""
     import difflib

@@ -21,7 +21,7 @@ ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "da
               "untraced")
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Make a value JSON-safe (tuples -> lists, dataclasses -> dicts).
 
     A record read from a newer scan.json keeps the fields this version does not know
@@ -30,14 +30,14 @@ def _clean(value: Any) -> Any:
     if isinstance(value, _Part):
         return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out = {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
         for key, extra in getattr(value, "unknown_fields", {}).items():
-            out.setdefault(key, _clean(extra))
+            out.setdefault(key, json_safe(extra))
         return out
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, float) and value != value:  # NaN is not JSON
         return None
     return value
@@ -47,7 +47,7 @@ class _Record:
     __slots__ = ()   # lets record types with many instances (OpCall) use slots
 
     def to_dict(self) -> dict:
-        return _clean(self)
+        return json_safe(self)
 
     @classmethod
     def from_dict(cls, data: dict):
@@ -307,11 +307,11 @@ class _Part(_Record):
         out = {}
         for key in [*read, *(n for n in names if n not in read)]:
             if key in unknown:
-                out[key] = _clean(unknown[key])
+                out[key] = json_safe(unknown[key])
             elif getattr(self, key) is not None or key in keep:
-                out[key] = _clean(getattr(self, key))
+                out[key] = json_safe(getattr(self, key))
         for key, extra in unknown.items():
-            out.setdefault(key, _clean(extra))
+            out.setdefault(key, json_safe(extra))
         return out
 
     def is_empty(self) -> bool:

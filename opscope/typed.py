@@ -48,7 +48,7 @@ def build(cls, data, where: str):
     for key, value in data.items():
         if key in hints:
             if value is None and hints[key] is float and key not in required:
-                continue   # scan.json stores NaN as null (model._clean): the field's default stands in
+                continue   # scan.json stores NaN as null (model.json_safe): the field's default stands in
             known[key] = value_of(value, hints[key], f"{where}.{key}")
         else:
             unknown[key] = plain(value, f"{where}.{key}")

@@ -116,3 +116,25 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     assert graph["pkg.sub.b"] == {"pkg.c": 2}
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
     assert "pkg.c -> pkg.a (line 5)" in _describe(graph, cycles(graph)[0])
+
+
+def private_imports_across_packages(root: Path) -> list[str]:
+    """``from opscope.a.b import _name`` in a module outside package ``opscope.a`` (aliases ``as _x`` of a
+    public name are fine): a private name is its package's to change."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        importer = module_name(path, root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("opscope")):
+                continue
+            home = node.module.split(".")[:2]
+            if importer.split(".")[:2] == home:
+                continue   # the same package (or the same top-level module)
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{importer}:{node.lineno} imports {node.module}.{alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_from_another_package():
+    assert private_imports_across_packages(PACKAGE) == []

@@ -23,7 +23,7 @@ from opscope.analysis.diff_match import (
     thaw,
 )
 from opscope.analysis.diff_steps import compare_ranks, side_summary
-from opscope.model import Profile, _clean, freeze
+from opscope.model import Profile, freeze, json_safe
 
 
 @dataclass
@@ -48,7 +48,7 @@ class DiffResult:
     schema: str = "opscope.diff/1"
 
     def to_dict(self) -> dict:
-        return _clean(self)
+        return json_safe(self)
 
 
 # ----------------------------------------------------------------------------- fallbacks

@@ -20,22 +20,18 @@ of the decomposition and is judged on its own.
 """
 from __future__ import annotations
 
-from functools import cache
-
 from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
 from opscope.matrix.torch_schema import load_torch_schema, schema_for
 from opscope.model import ScanSummary, ScanTarget
-from opscope.resources import support_matrix_dir
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
 
 
-@cache
 def _data(name: str) -> dict:
-    from opscope.knowledge import load
-    return load(name) if (support_matrix_dir() / name).is_file() else {}
+    from opscope.knowledge import load_optional
+    return load_optional(name)
 
 
 def resolve_target(target: str | None) -> str:

@@ -77,7 +77,7 @@ RATIO_METRICS = ("small_value_err", "rmse", "max_rel_err", "mean_rel_err")
 
 # ------------------------------------------------------------------ standards
 
-def _accuracy_reached(stats: dict, rule: dict) -> bool:
+def accuracy_reached(stats: dict, rule: dict) -> bool:
     if stats["cosine"] < rule["hard_min_cosine"] or stats["max_abs_err"] > rule["hard_max_abs_err"]:
         return False
     return not (stats["cosine"] < rule["min_cosine"] and stats["max_abs_err"] > rule["max_abs_err_with_low_cosine"])
@@ -148,7 +148,7 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
     else:
         outcome, message = _benchmark(base, dev, ref, thresholds, standards)
     rule = standards["accuracy_reached"]
-    if outcome != "fail" and not _accuracy_reached(dev, rule) and _accuracy_reached(ref, rule):
+    if outcome != "fail" and not accuracy_reached(dev, rule) and accuracy_reached(ref, rule):
         outcome = "fail"
         message = (f"cosine {dev['cosine']:.4f}, max abs err {dev['max_abs_err']:.3g}: accuracy not reached "
                    "(the CPU in the same dtype reaches it)")

@@ -151,8 +151,8 @@ class SignatureResult:
     msprobe: str | None = None        # the outcome as msprobe names it (pass / warning / error)
 
     def to_dict(self) -> dict:
-        from opscope.model import _clean
-        return _clean(self)
+        from opscope.model import json_safe
+        return json_safe(self)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -174,7 +174,7 @@ CPU_SELF = ("on --device cpu the device and the reference are the same CPU compu
 
 def _measure_cpu(result, reference: list, oracle: list | None, standards: dict):
     """--device cpu: the CPU kernel in the captured dtype against float64, measured, never judged."""
-    from opscope.analysis.verify import _accuracy_reached, dtype_thresholds, error_stats, measure_tensor
+    from opscope.analysis.verify import accuracy_reached, dtype_thresholds, error_stats, measure_tensor
     pairs = [(r, o) for r, o in zip(reference, oracle or [], strict=False) if r is not None and o is not None
              and r.dtype.is_floating_point and tuple(r.shape) == tuple(o.shape)]
     if not pairs:
@@ -187,7 +187,7 @@ def _measure_cpu(result, reference: list, oracle: list | None, standards: dict):
     result.metrics = {**measure_tensor(ref, orc, standards), "dtype": dtype,
                       "low_precision": dtype in ("float16", "bfloat16")}
     stats = error_stats(ref, orc, dtype_thresholds(ref.dtype, standards))
-    note = "" if _accuracy_reached(stats, standards["accuracy_reached"]) else \
+    note = "" if accuracy_reached(stats, standards["accuracy_reached"]) else \
         " - does not reach accuracy itself (cosine/MaxAbsErr rule)"
     result.message = (f"the CPU's own kernel ({dtype} output) vs float64: max rel err {stats['max_rel_err']:.3g}, cosine "
                       f"{stats['cosine']:.6f}{note} (CPU numerics, not NPU evidence)")

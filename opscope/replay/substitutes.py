@@ -24,8 +24,8 @@ from opscope.replay.inputs import NotReplayable, build_call, load_standards, sho
 
 def _substitute_options(data: dict | None = None) -> dict:
     if data is None:
-        from opscope.analysis.verdicts import _data
-        data = _data("substitutes.yaml")
+        from opscope.knowledge import load_optional
+        data = load_optional("substitutes.yaml")
     return (data or {}).get("substitutes") or {}
 
 
