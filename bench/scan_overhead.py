@@ -14,8 +14,6 @@ Without --script it runs the suite: examples/train_alexnet.py, examples/train_re
   stopped once at the end, nothing else (no source lines, no per-step output);
 - profiler-steps (with --all): the same profiler stopped and started at every step boundary, each
   step's events read (what a per-step capture pays beyond the across-steps floor);
-- opscope-inline (with --all): `opscope scan` with OPSCOPE_STEP_WRITER=inline, each step converted and
-  written on the training thread instead of by the writer thread;
 - seed: the porting guide's method - profile each step with record_shapes, print
   `key_averages(group_by_input_shape=True).table()` and parse the printed table.
 Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios, and
@@ -151,7 +149,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--script", default=None, help="one script (default: the suite below)")
     parser.add_argument("--all", action="store_true",
-                        help="also the per-step profiler and opscope with its step writer in line")
+                        help="also the profiler stopped and started at every step boundary")
     args = parser.parse_args(argv)
     if args.script:
         suite = [(args.script, extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"])]
@@ -188,9 +186,7 @@ def run_one(args, script: str, script_args: list) -> None:
         if args.all:
             commands["profiler-steps"] = [sys.executable, str(runner), "profiler-steps", str(args.steps), script,
                                           *script_args]
-            commands["opscope-inline"] = commands["opscope"]
             envs["profiler-steps"] = env
-            envs["opscope-inline"] = dict(env, OPSCOPE_STEP_WRITER="inline")
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleave runs so machine noise hits all of them alike
             for name, cmd in commands.items():
@@ -200,7 +196,7 @@ def run_one(args, script: str, script_args: list) -> None:
           f"repeat: {args.repeat} (median wall seconds, whole process)")
     cpu = {name: statistics.median(CPU.pop(name)) for name in commands}
     print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}{'CPU s':>10}{'vs plain':>10}")
-    for name in [n for n in ("plain", "opscope", "opscope-inline", "profiler", "profiler-steps", "seed") if n in med]:
+    for name in [n for n in ("plain", "opscope", "profiler", "profiler-steps", "seed") if n in med]:
         print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x"
               f"{cpu[name]:>10.2f}{cpu[name] / cpu['plain']:>9.2f}x")
     print(f"opscope vs bare profiler: {med['opscope'] / med['profiler']:.2f}x; "

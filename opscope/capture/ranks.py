@@ -54,7 +54,7 @@ class UncapturedSession(CaptureSession):
     def _watch_memory(self) -> None:
         pass                                     # nothing is recorded, so nothing to bound
 
-    def _write_step(self, prof, duration_us: float, complete: bool, now: bool = False) -> None:
+    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
         self.tracker.reset_step()                # per-step shape-origin state does not pile up
         self.tracker.calls_in_step = 0
 
@@ -202,7 +202,6 @@ def _detach(session, out_dir: Path) -> list:
     scratch = out_dir / CAPTURE / "launcher"
     (scratch / CAPTURE).mkdir(parents=True, exist_ok=True)
     steps = session.capture_dir / STEPS_LOG
-    session.writer.wait()             # the steps it has handed to its writer are in steps.jsonl
     if not session._steps_file.closed:
         session._steps_file.close()
     if steps.exists():

@@ -106,7 +106,7 @@ class CaptureSession:
         self.dataloaders: dict[str, dict] = {}   # "file:line" -> drop_last, batch_size, length, batches seen...
         self.keep_in_memory = True                # the child analyses from memory, not from disk
         self.step_records: list = []
-        self.writer = StepWriter(self.step_records)   # converts and writes finished steps off this thread
+        self.writer = StepWriter(self.step_records)   # converts and writes each finished step
         self._write_error: tuple[str, str] | None = None   # a write of the session's own (runtime.json)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -180,9 +180,8 @@ class CaptureSession:
             duration_us = (time.perf_counter() - self.step_started) * 1e6
             prof = self._stop_profiler()
             self.step_index += 1
-            self._write_step(prof, duration_us, complete=not partial, now=partial or last)
+            self._write_step(prof, duration_us, complete=not partial)
             del prof
-            self._count_lost_steps()
             if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
                 partial = True
             self.backward_in_step = False
@@ -199,28 +198,14 @@ class CaptureSession:
         if self.write_error is not None and not last and self.raise_when_done:
             raise StopScan("write-error")   # as --timeout does: never an OSError in the user's code
 
-    def _write_step(self, prof, duration_us: float, complete: bool, now: bool = False) -> None:
-        """Hand the step to the writer; ``now``: the last step (or one cut short), written before returning."""
+    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
+        """Record the step just stopped (its profiler results are read and freed here, between sessions)."""
         job = StepJob(prof, self.step_index, duration_us, complete, self.tracker.reset_step(),
-                      self._take_unrecorded(), list(self.table.entries), self._steps_file,
+                      self._take_unrecorded(), self.table.entries, self._steps_file,
                       self.trace_dir / trace_name(self.step_index) if self.export_traces else None,
                       self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory)
-        if not now:
-            self.writer.submit(job)
-            return
-        self.writer.wait()
-        self._count_lost_steps()
-        if self.writer.first_lost is not None:
-            self.step_index -= 1   # the folder is already full: this step is not kept either
-            return
         if self.writer.write(job) in (EMPTY, FAILED):
             self.step_index -= 1
-
-    def _count_lost_steps(self) -> None:
-        """A step the writer could not write (disk full) and every one after it are not captured."""
-        lost = self.writer.first_lost
-        if lost is not None and self.step_index >= lost:
-            self.step_index = lost - 1
 
     @property
     def write_error(self) -> tuple[str, str] | None:
@@ -245,8 +230,6 @@ class CaptureSession:
             self.step(partial=not whole, last=True)
         self.done = True
         self._stop_profiler()
-        self.writer.wait()
-        self._count_lost_steps()
         try:
             self.tracker.__exit__(None, None, None)
         except Exception:

@@ -1,22 +1,15 @@
-"""Turn each finished step into its record and write it, off the training thread.
+"""Turn each finished step into its record and write it: steps.jsonl, its trace, the kept records.
 
-Converting a step's profiler events into folded ``OpCall`` records, encoding the step
-record and exporting its Chrome trace cost about a third of a small model's step when done
-in line.  The session hands the step's raw profiler results to one writer thread instead,
-which does that work while the script runs its next step (the training thread spends most
-of a step in operators that release the GIL).  At most one step waits to be written: a step
-that ends while the previous one is still being written waits for it, so capture memory
-stays bounded by two steps of profiler events.
-
-``OPSCOPE_STEP_WRITER=inline`` writes each step on the training thread, as before
-(``bench/scan_overhead.py`` compares both).
+Runs on the training thread right after the step's profiler has stopped, before the next one
+starts.  Kineto's results must not be read, saved or freed while another profiler session
+records: a writer thread that did this work during the next step crashed the process (SIGSEGV,
+``free(): invalid next size``) under ``--mode fake``, and on 2 cores it was no faster than this
+(``bench/scan_overhead.py``, README *Measured*).
 """
 from __future__ import annotations
 
 import json
 import os
-import queue
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,14 +23,14 @@ KEPT, EMPTY, FAILED = "kept", "empty", "failed"
 
 @dataclass
 class StepJob:
-    """One finished step as the training thread hands it over (everything read from live state)."""
+    """One finished step, as the session hands it over."""
     prof: Any                 # the stopped torch.autograd.profiler.profile
     step: int
     duration_us: float
     complete: bool
     side: dict                # the tracker's per-step origins and shapes
     unrecorded: dict          # what ran unprofiled (bounded memory)
-    entries: list             # the source table as of this step's end (a copy: later steps add to it)
+    entries: list             # the source table
     steps_file: Any           # the run folder's steps.jsonl (AppendLog)
     trace: Path | None        # where its Chrome trace goes, None: no trace
     out_dir: Path
@@ -46,63 +39,20 @@ class StepJob:
 
 
 class StepWriter:
-    """Writes steps in order on one background thread (or in line), keeping their records."""
+    """Writes steps in order, keeping their records; remembers the first write that failed."""
 
-    def __init__(self, records: list, background: bool | None = None):
+    def __init__(self, records: list):
         self.records = records                # step records kept in memory (the child analyses these)
         self.shared: dict = {}                # equal lists/strings across steps share one object
         self.write_error: tuple[str, str] | None = None   # (path, what failed) once the folder is full
-        self.first_lost: int | None = None    # the first step a write failure lost (later ones are dropped)
-        if background is None:
-            background = os.environ.get("OPSCOPE_STEP_WRITER", "thread") != "inline"
-        self.background = background
-        self._queue: queue.Queue = queue.Queue(maxsize=1)
-        self._thread: threading.Thread | None = None
-        self._crash: BaseException | None = None
-
-    # -- the training thread's side ------------------------------------------------------
-    def submit(self, job: StepJob) -> None:
-        """Write ``job`` in the background (after the previous one is done) or, in line, now."""
-        if not self.background:
-            self.write(job)
-            return
-        self.wait()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="opscope-step-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(job)
-
-    def wait(self) -> None:
-        """Return once every submitted step is written; a bug in the writer is raised here."""
-        if self._thread is not None:
-            self._queue.join()
-        if self._crash is not None:
-            crash, self._crash = self._crash, None
-            raise crash
 
     def write(self, job: StepJob) -> str:
-        """Write one step now (the caller has waited for the writer): KEPT, EMPTY or FAILED."""
+        """Write one step: KEPT, EMPTY (a partial step that recorded nothing) or FAILED (disk full)."""
         try:
             return self._write(job)
         finally:
             job.prof = None
             _release_freed_memory()
-
-    # -- the writer thread -----------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                if job is not None and self.first_lost is None:
-                    if self.write(job) == FAILED:
-                        self.first_lost = job.step
-                elif job is not None and self.first_lost is not None:
-                    job.prof = None   # the folder is full: later steps are not kept
-            except BaseException as exc:   # noqa: BLE001 - handed to the training thread by wait()
-                self._crash = exc
-            finally:
-                del job
-                self._queue.task_done()
 
     def _write(self, job: StepJob) -> str:
         prof = job.prof
