@@ -37,7 +37,11 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
 def build_scan_result(*, script: str, argv: list, device: str, settings: dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
                       target: str | None = None, capture: tuple) -> ScanResult:
-    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta)."""
+    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta).
+
+    ``target`` is the torch_npu version to judge against: ``opscope scan`` passes the one its
+    command resolved (``verdicts.resolve_target``); ``assign_verdicts`` looks its release up.
+    """
     import torch
     calls, steps, side, runtime_findings, meta = capture
     warmup = int(settings.get("warmup", 0) or 0)
@@ -276,8 +280,7 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
 
 
 def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True) -> None:
-    from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
-    version = resolve_target(target)
-    result.target = assign_verdicts(result.operators, version)
+    from opscope.analysis.verdicts import assign_verdicts, readiness_summary
+    result.target = assign_verdicts(result.operators, target)
     _mark_host_only(result, uses_device)
     result.summary = readiness_summary(result)
