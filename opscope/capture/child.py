@@ -95,8 +95,43 @@ def _fake_mode(plan: ScanPlan, session):
     return fake_run
 
 
-# above complexity 15: the child's whole life: plan, capture, outcome
-def main(config_path: str, analyse=None) -> int:  # noqa: C901
+def _stopped(stop, plan: ScanPlan) -> tuple[str, str, str | None]:
+    """(kind, message, where) of a script that opscope stopped: steps reached, --timeout, a write error."""
+    if stop.reason == "write-error":
+        return "write-error", stop.reason, None
+    if stop.reason == "timeout":
+        return ("timeout", f"the script did not finish {plan.steps} steps within --timeout {plan.timeout or 0:g}s",
+                user_frame_summary(stop, plan.script))
+    return "steps-reached", stop.reason, None
+
+
+def _install_plugins(plan: ScanPlan, ctx: _Context) -> None:
+    """The plan's ``module:function`` plugins (``replay/e2e.py``'s loss recorder), called with the context."""
+    for spec in plan.plugins:
+        module_name, _, func_name = spec.partition(":")
+        getattr(importlib.import_module(module_name), func_name or "install")(ctx)
+
+
+def _end_fake(fake_run, out_dir: Path) -> None:
+    if fake_run is None:
+        return
+    fake_run.uninstall()
+    try:
+        fake_run.write(out_dir / "capture")
+    except OSError:   # a full disk: the scan's outcome still gets written below
+        pass
+
+
+def _analyse_ranks(analyse, plan: ScanPlan) -> None:
+    """scan.json of every other captured rank of a script that spawned its own (each with its own end)."""
+    from opscope.capture import ranks
+    ranks.analyse_ranks(plan, lambda folder, data, rank_plan: _analyse(
+        analyse, rank_plan, folder, ChildOutcome(kind=data.get("kind"), code=data.get("code"),
+                                                 message=data.get("message", ""), where=data.get("where")),
+        None, lambda *a, **k: None))
+
+
+def main(config_path: str, analyse=None) -> int:
     plan = ScanPlan.from_json(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(plan.out_dir)
     script = plan.script
@@ -138,10 +173,7 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured
     session = ranks.make_session(plan.capture, out_dir, **plan.session_options())
     ranks.install_spawn(session, plan)
-    ctx = _Context(session, plan.device, out_dir)
-    for spec in plan.plugins:
-        module_name, _, func_name = spec.partition(":")
-        getattr(importlib.import_module(module_name), func_name or "install")(ctx)
+    _install_plugins(plan, _Context(session, plan.device, out_dir))
     fake_run = _fake_mode(plan, session)   # --mode fake: the model runs as fake tensors
     session.start()
     if fake_run is not None:
@@ -151,13 +183,7 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     try:
         runpy.run_path(script, run_name="__main__")
     except StopScan as stop:
-        kind = "timeout" if stop.reason == "timeout" else "steps-reached"
-        message = stop.reason
-        if stop.reason == "write-error":
-            kind = "write-error"
-        elif kind == "timeout":
-            message = f"the script did not finish {plan.steps} steps within --timeout {plan.timeout or 0:g}s"
-            where = user_frame_summary(stop, script)
+        kind, message, where = _stopped(stop, plan)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         kind = "exit"
@@ -181,12 +207,7 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
         try:
             session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
         finally:
-            if fake_run is not None:
-                fake_run.uninstall()
-                try:
-                    fake_run.write(out_dir / "capture")
-                except OSError:   # a full disk: the scan's outcome still gets written below
-                    pass
+            _end_fake(fake_run, out_dir)
             kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
             if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
                 session.step_index = rank0_steps
@@ -201,12 +222,10 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     sys.stdout.flush()
     sys.stderr.flush()
     if plan.analyse and analyse is not None:
-        _analyse(analyse, plan, out_dir, ChildOutcome(kind=kind, code=code, message=message, where=where,  # type: ignore[arg-type]
-                                                      steps=session.step_index), session, write_outcome)
-        ranks.analyse_ranks(plan, lambda folder, data, rank_plan: _analyse(
-            analyse, rank_plan, folder, ChildOutcome(kind=data.get("kind"), code=data.get("code"),
-                                                     message=data.get("message", ""), where=data.get("where")),
-            None, lambda *a, **k: None))
+        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where,  # type: ignore[arg-type]
+                               steps=session.step_index)
+        _analyse(analyse, plan, out_dir, outcome, session, write_outcome)
+        _analyse_ranks(analyse, plan)
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.

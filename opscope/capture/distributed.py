@@ -245,8 +245,7 @@ def rank_env(rank: int, world: int) -> dict:
 
 
 # -- torchrun-style: opscope starts the ranks -----------------------------------------------
-# above complexity 15: starts, watches and stops every rank (shrinks with the ScanPlan contract: issue 21)
-def run_ranks(plan: ScanPlan, child_env: dict, progress=None):  # noqa: C901
+def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
     """Start one capture child per rank (rank 0 captured into the run folder); return a ChildOutcome.
 
     Any rank that raises, exits non-zero or is killed stops the others (SIGINT, then
@@ -311,9 +310,18 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None):  # noqa: C901
         relay.join(timeout=5)
     if progress is not None:
         progress(count_lines(RunFolder(out_dir).steps_log))
-    for rank, proc in procs.items():
+    return _run_outcome(plan, outcomes, {rank: proc.returncode for rank, proc in procs.items()}, timed_out)
+
+
+def _run_outcome(plan: ScanPlan, outcomes: dict[int, dict], returncodes: dict[int, int | None],
+                 timed_out: bool) -> ChildOutcome:
+    """The run's end from every rank's: the timeout, else the first failing rank's (named), else rank 0's.
+
+    ``outcomes``: what was read while the ranks ran; a rank missing there, or read as killed
+    (it may have written its outcome since), is read again now that every rank has ended."""
+    for rank, returncode in returncodes.items():
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
-            outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
+            outcomes[rank] = read_rank_outcome(Path(plan.out_dir), rank, rank in plan.captured_ranks, returncode)
     main = outcomes[0]
     if main.get("kind") == "usage":
         raise UserError(main.get("message", ""))
@@ -322,8 +330,8 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None):  # noqa: C901
         if main.get("kind") != "timeout":
             extra.pop("analysed", None)
         return ChildOutcome("timeout", None, f"the script did not finish {plan.steps} steps within "
-                            f"--timeout {timeout:g}s", steps=main.get("steps", 0), returncode=procs[0].returncode,
-                            extra=extra)
+                            f"--timeout {plan.timeout or 0:g}s", steps=main.get("steps", 0),
+                            returncode=returncodes[0], extra=extra)
     if failed(main) or main.get("kind") == "killed" or any(failed(o) for o in outcomes.values()):
         rank, data = culprit(outcomes) or (0, main)
         data = rank_failure(rank, data)
@@ -331,10 +339,10 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None):  # noqa: C901
         if data.get("error_path"):   # a rank could not write its folder (disk full)
             extra["error_path"] = data["error_path"]
         return ChildOutcome(data.get("kind", "killed"), data.get("code"), data.get("message", ""),
-                            where=data.get("where"), steps=main.get("steps", 0), returncode=procs[rank].returncode,
+                            where=data.get("where"), steps=main.get("steps", 0), returncode=returncodes[rank],
                             extra=extra)
     return ChildOutcome(main.get("kind", "finished"), main.get("code"), main.get("message", ""),
-                        where=main.get("where"), steps=main.get("steps", 0), returncode=procs[0].returncode,
+                        where=main.get("where"), steps=main.get("steps", 0), returncode=returncodes[0],
                         extra=extra)
 
 

@@ -22,8 +22,7 @@ from opscope.errors import UserError
 GRACE_SECONDS = 10.0
 
 
-# above complexity 15: the parent side of the scan: start, watch, stop, read the outcome
-def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,  # noqa: C901
+def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
                max_memory_mb: float | None = None) -> ChildOutcome:
     """Run ``plan.script`` for ``plan.steps`` steps in a child process, capturing into ``plan.out_dir``.
 
@@ -35,7 +34,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,  # noq
     """
     plan = plan.started()
     out_dir = Path(plan.out_dir)
-    steps, timeout = plan.steps, plan.timeout
+    timeout = plan.timeout
     folder = RunFolder(out_dir)
     capture_dir = folder.capture_dir
     folder.clear_capture()
@@ -102,9 +101,18 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,  # noq
     outcome = _read_outcome(capture_dir, proc.returncode)
     if outcome.kind == "usage":
         raise UserError(outcome.message)
+    _stopped_by_parent(outcome, plan, timed_out, interrupted, over_memory, limit_mb)
+    if progress is not None:
+        progress(count_lines(steps_file))
+    return outcome
+
+
+def _stopped_by_parent(outcome: ChildOutcome, plan: ScanPlan, timed_out: bool, interrupted: int | None,
+                       over_memory: float | None, limit_mb: float | None) -> None:
+    """When this side stopped the child (timeout, a signal to opscope, --max-memory), that is the run's end."""
     if timed_out:
         outcome.kind = "timeout"
-        outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
+        outcome.message = f"the script did not finish {plan.steps} steps within --timeout {plan.timeout or 0:g}s"
     if interrupted is not None:
         name = signal.Signals(interrupted).name
         outcome.kind = "interrupted"
@@ -114,10 +122,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,  # noq
         outcome.kind = "memory"
         outcome.code = 1
         outcome.message = (f"the script and its processes used {over_memory:,.0f} MB, more than --max-memory "
-                           f"{limit_mb:,.0f} MB")
-    if progress is not None:
-        progress(count_lines(steps_file))
-    return outcome
+                           f"{limit_mb or 0:,.0f} MB")
 
 
 class _Terminated(Exception):
