@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from opscope.capture.outcomes import ChildOutcome
 from opscope.capture.run_folder import RunFolder
-from opscope.capture.runner import ChildOutcome
 from opscope.capture.session import CaptureSession
 from opscope.model import ScanSettings
 
@@ -68,7 +68,7 @@ class capture:
         if self.session.write_error is not None and exc is None:   # the folder filled up: recording stopped there
             path, what = self.session.write_error
             outcome = ChildOutcome("write-error", None, f"{what} writing {path}")
-        from opscope.capture.runner import resolve_device
+        from opscope.capture.devices import resolve_device
         from opscope.pipeline import analyse_capture
         device = "cpu"
         try:

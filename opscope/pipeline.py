@@ -62,8 +62,8 @@ def recover_capture(run_dir: Path):
     import os
     import time
 
+    from opscope.capture.outcomes import ChildOutcome
     from opscope.capture.run_folder import RunFolder, recovery_config
-    from opscope.capture.runner import ChildOutcome
     folder = RunFolder(run_dir)
     config = recovery_config(folder)
     ended = folder.read_outcome()
@@ -77,7 +77,7 @@ def recover_capture(run_dir: Path):
         settings["rank"] = config["rank"]
     device = (ended or {}).get("device") or config.get("device") or "cpu"
     if device == "auto":
-        from opscope.capture.runner import resolve_device
+        from opscope.capture.devices import resolve_device
         try:
             device = resolve_device("auto")   # what the child resolved, on this machine
         except Exception:

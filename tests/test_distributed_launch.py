@@ -88,8 +88,9 @@ def test_launcher_is_read_from_the_script(tmp_path):
 
 def test_launch_plan_options():
     plan = resolve("auto", SCRIPTS / "ddp_torchrun_train.py", None, "all")
-    assert plan["launcher"] == "torchrun" and plan["world_size"] == 2 and plan["ranks"] == [0, 1]
-    assert resolve("auto", SCRIPTS / "ddp_spawn_train.py", 4, "2")["ranks"] == [0, 2]
+    assert plan is not None and plan.launcher == "torchrun" and plan.world_size == 2 and plan.ranks == (0, 1)
+    spawn = resolve("auto", SCRIPTS / "ddp_spawn_train.py", 4, "2")
+    assert spawn is not None and spawn.ranks == (0, 2)
     assert resolve("none", SCRIPTS / "ddp_spawn_train.py", None, "0") is None
     assert parse_ranks("all", 3) == [0, 1, 2]
     with pytest.raises(UserError, match="outside the world size"):
@@ -202,7 +203,7 @@ def test_a_crashing_torchrun_rank_stops_the_others(tmp_path):
 
 
 def test_the_rank_that_failed_first_is_named():
-    from opscope.capture.distributed import culprit, rank_failure
+    from opscope.capture.outcomes import culprit, rank_failure
     gloo = {"kind": "exception", "message": "RuntimeError: Connection closed by peer", "where": "t.py:40",
             "ended": 12.0}
     cause = {"kind": "exception", "message": "ValueError: NaN loss", "where": "t.py:52", "ended": 10.0}

@@ -95,3 +95,38 @@ def test_modules_started_by_name_exist_and_obey_the_layers():
         assert path.exists(), name
         # a child entry is a top-level module: it may use the pipeline, but never the CLI's commands
         assert not [m for m, _ in _imports(path) if m.startswith(("opscope.commands", "opscope.cli"))], name
+
+
+# the scan's two processes: they share capture/protocol.py (the plan), outcomes.py, run_folder.py and
+# the model; neither side imports the other, even through a third module
+PARENT_SIDE = ("runner", "distributed", "processes")
+CHILD_SIDE = ("child", "ranks", "session", "remap", "remap_dist", "events", "source", "fake_mode")
+
+
+def _capture_reach(module: str) -> set[str]:
+    """Every module of ``opscope.capture`` that ``module`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        tree = ast.parse((PACKAGE / "capture" / f"{todo.pop()}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module == "opscope.capture":   # from opscope.capture import x
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opscope.capture."):
+                names = [node.module.split(".")[2]]
+            elif isinstance(node, ast.Import):
+                names = [a.name.split(".")[2] for a in node.names if a.name.startswith("opscope.capture.")]
+            for name in names:
+                if name not in seen and (PACKAGE / "capture" / f"{name}.py").exists():
+                    seen.add(name)
+                    todo.append(name)
+    return seen
+
+
+def test_the_scan_parent_and_child_import_only_what_they_share():
+    bad = [f"capture/{m}.py reaches capture/{other}.py" for side, others in ((CHILD_SIDE, PARENT_SIDE),
+                                                                            (PARENT_SIDE, CHILD_SIDE))
+           for m in side for other in sorted(_capture_reach(m) & set(others))]
+    assert not bad, "\n".join(bad)
+    assert {"protocol", "run_folder"} <= _capture_reach("child") & _capture_reach("runner")

@@ -38,7 +38,11 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
                       target: str | None = None, capture: tuple) -> ScanResult:
     """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta);
-    ``settings`` may come as the JSON the scan's child received."""
+    ``settings`` may come as the JSON the scan's child received.
+
+    ``target`` is the torch_npu version to judge against: ``opscope scan`` passes the one its
+    command resolved (``verdicts.resolve_target``); ``assign_verdicts`` looks its release up.
+    """
     import torch
     calls, steps, side, runtime_findings, meta = capture
     settings = ScanSettings.of(settings)
@@ -275,8 +279,7 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
 
 
 def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True) -> None:
-    from opscope.analysis.verdicts import assign_verdicts, readiness_summary, resolve_target
-    version = resolve_target(target)
-    result.target = ScanTarget.from_dict(assign_verdicts(result.operators, version), "$.target")
+    from opscope.analysis.verdicts import assign_verdicts, readiness_summary
+    result.target = ScanTarget.from_dict(assign_verdicts(result.operators, target), "$.target")
     _mark_host_only(result, uses_device)
     result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")

@@ -8,7 +8,6 @@ write it) to explain how the run ended.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import runpy
 import signal
@@ -17,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+from opscope.capture.outcomes import ChildOutcome
+from opscope.capture.protocol import ScanPlan
 from opscope.capture.run_folder import ANALYSIS_ERROR, SCRIPT_TRACEBACK, STOP_REASON, RunFolder, write_error_status
 from opscope.capture.where import user_frame_summary
 
@@ -60,31 +61,21 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="opscope-parent-watch", daemon=True).start()
 
 
-def _resolve_device(requested: str) -> str:
-    from opscope.capture.runner import resolve_device
-    return resolve_device(requested)
-
-
-def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where, session, write_outcome) -> None:
+def _analyse(analyse, plan: ScanPlan, out_dir: Path, outcome: ChildOutcome, session, write_outcome) -> None:
     """Analyse here, where torch is already imported: the parent then only reads scan.json.
 
     ``analyse`` is ``opscope.pipeline.analyse_capture`` (injected by ``opscope.scan_child``).
     If this fails or is killed, the parent analyses the capture itself (slower, same result).
     """
-    import time
-
-    from opscope.capture.runner import ChildOutcome
     try:
         from opscope.capture import ranks
-        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where,
-                               steps=session.step_index if session else 0)
         in_memory = session is not None and not ranks.spawned()  # else: rank 0 captured into out_dir
-        analyse(out_dir, script=config["script"], argv=config.get("argv", []), device=device,
-                settings=config.get("settings", {}), outcome=outcome, started_at=config.get("started_at"),
-                duration_s=time.time() - config.get("started_epoch", time.time()),
-                static_paths=[] if config.get("static", True) else None,
-                target=config.get("target"), capture=session.snapshot() if in_memory else None)
-        write_outcome(kind, code, message, where, analysed=True, device=device)
+        analyse(out_dir, script=plan.script, argv=list(plan.argv), device=plan.device,
+                settings=plan.settings, outcome=outcome, started_at=plan.started_at,
+                duration_s=time.time() - plan.started_epoch,
+                static_paths=[] if plan.static else None,
+                target=plan.target, capture=session.snapshot() if in_memory else None)
+        write_outcome(outcome.kind, outcome.code, outcome.message, outcome.where, analysed=True, device=plan.device)
     except Exception:  # the parent will analyse; keep the reason for a bug report
         try:
             RunFolder(out_dir).write_capture_text(ANALYSIS_ERROR, traceback.format_exc())
@@ -92,24 +83,58 @@ def _analyse(analyse, config, out_dir: Path, device, kind, code, message, where,
             pass   # a full disk: the parent says so when it writes scan.json
 
 
-def _fake_mode(config, session):
+def _fake_mode(plan: ScanPlan, session):
     """``--mode fake``: the hybrid fake-tensor mode of ``fake_mode.py``, ended with the session's steps."""
-    if config.get("mode") not in ("fake", "probe"):
+    if plan.mode not in ("fake", "probe"):
         return None
     from opscope.capture.fake_mode import FakeRun
     from opscope.capture.source import UserCode
-    fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(os.path.dirname(os.path.abspath(config["script"]))),
-                       probe=config.get("mode") == "probe")
+    fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(plan.user_root), probe=plan.mode == "probe")
     if hasattr(session, "on_step"):
         session.on_step(fake_run.on_step)
     return fake_run
 
 
-# above complexity 15: the child's whole life: config, capture, outcome (ScanPlan contract: issue 21)
-def main(config_path: str, analyse=None) -> int:  # noqa: C901
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    out_dir = Path(config["out_dir"])
-    script = config["script"]
+def _stopped(stop, plan: ScanPlan) -> tuple[str, str, str | None]:
+    """(kind, message, where) of a script that opscope stopped: steps reached, --timeout, a write error."""
+    if stop.reason == "write-error":
+        return "write-error", stop.reason, None
+    if stop.reason == "timeout":
+        return ("timeout", f"the script did not finish {plan.steps} steps within --timeout {plan.timeout or 0:g}s",
+                user_frame_summary(stop, plan.script))
+    return "steps-reached", stop.reason, None
+
+
+def _install_plugins(plan: ScanPlan, ctx: _Context) -> None:
+    """The plan's ``module:function`` plugins (``replay/e2e.py``'s loss recorder), called with the context."""
+    for spec in plan.plugins:
+        module_name, _, func_name = spec.partition(":")
+        getattr(importlib.import_module(module_name), func_name or "install")(ctx)
+
+
+def _end_fake(fake_run, out_dir: Path) -> None:
+    if fake_run is None:
+        return
+    fake_run.uninstall()
+    try:
+        fake_run.write(out_dir / "capture")
+    except OSError:   # a full disk: the scan's outcome still gets written below
+        pass
+
+
+def _analyse_ranks(analyse, plan: ScanPlan) -> None:
+    """scan.json of every other captured rank of a script that spawned its own (each with its own end)."""
+    from opscope.capture import ranks
+    ranks.analyse_ranks(plan, lambda folder, data, rank_plan: _analyse(
+        analyse, rank_plan, folder, ChildOutcome(kind=data.get("kind"), code=data.get("code"),
+                                                 message=data.get("message", ""), where=data.get("where")),
+        None, lambda *a, **k: None))
+
+
+def main(config_path: str, analyse=None) -> int:
+    plan = ScanPlan.from_json(Path(config_path).read_text(encoding="utf-8"))
+    out_dir = Path(plan.out_dir)
+    script = plan.script
     folder = RunFolder(out_dir)
     folder.capture_dir.mkdir(parents=True, exist_ok=True)
 
@@ -127,11 +152,11 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     session = None
     from opscope.capture.session import StopScan
     try:
-        device = _resolve_device(config.get("device", "auto"))
+        from opscope.capture.devices import resolve_device  # imports torch
+        plan = plan.with_device(resolve_device(plan.device))
     except Exception as exc:  # a UserError: the parent prints it as one line
         write_outcome("usage", 2, str(exc))
         return 2
-    config["device"] = device
 
     def on_term(signum, frame):
         raise StopScan("timeout")
@@ -143,21 +168,13 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     _die_with_parent()
     from opscope.capture.noise import divert_own_warnings
     divert_own_warnings(out_dir / "capture")   # opscope's warnings go to scan.json notes, not stderr
-    sys.argv = [script] + list(config.get("argv", []))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.argv = [script] + list(plan.argv)
+    sys.path.insert(0, plan.user_root)
     from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured
-    session = ranks.make_session(config.get("capture", True), out_dir, steps=config["steps"],
-                                 step_marker=config.get("step_marker", "auto"),
-                                 user_root=os.path.dirname(os.path.abspath(script)),
-                                 remap=device == "cpu",
-                                 export_traces=config.get("export_traces", True),
-                                 **ranks.capture_options(config))
-    ranks.install_spawn(session, config)
-    ctx = _Context(session, device, out_dir)
-    for spec in config.get("plugins", []):
-        module_name, _, func_name = spec.partition(":")
-        getattr(importlib.import_module(module_name), func_name or "install")(ctx)
-    fake_run = _fake_mode(config, session)   # --mode fake: the model runs as fake tensors
+    session = ranks.make_session(plan.capture, out_dir, **plan.session_options())
+    ranks.install_spawn(session, plan)
+    _install_plugins(plan, _Context(session, plan.device, out_dir))
+    fake_run = _fake_mode(plan, session)   # --mode fake: the model runs as fake tensors
     session.start()
     if fake_run is not None:
         fake_run.install()
@@ -166,14 +183,7 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
     try:
         runpy.run_path(script, run_name="__main__")
     except StopScan as stop:
-        kind = "timeout" if stop.reason == "timeout" else "steps-reached"
-        message = stop.reason
-        if stop.reason == "write-error":
-            kind = "write-error"
-        elif kind == "timeout":
-            limit = (config.get("settings") or {}).get("timeout") or 0
-            message = f"the script did not finish {config['steps']} steps within --timeout {limit:g}s"
-            where = user_frame_summary(stop, script)
+        kind, message, where = _stopped(stop, plan)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         kind = "exit"
@@ -197,12 +207,7 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
         try:
             session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
         finally:
-            if fake_run is not None:
-                fake_run.uninstall()
-                try:
-                    fake_run.write(out_dir / "capture")
-                except OSError:   # a full disk: the scan's outcome still gets written below
-                    pass
+            _end_fake(fake_run, out_dir)
             kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
             if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
                 session.step_index = rank0_steps
@@ -216,11 +221,11 @@ def main(config_path: str, analyse=None) -> int:  # noqa: C901
             write_outcome(kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()
-    if config.get("analyse", True) and analyse is not None:
-        _analyse(analyse, config, out_dir, device, kind, code, message, where, session, write_outcome)
-        ranks.analyse_ranks(config, device, lambda folder, data, settings: _analyse(
-            analyse, dict(config, settings=settings), folder, device, data.get("kind"), data.get("code"), data.get("message", ""),
-            data.get("where"), None, lambda *a, **k: None))
+    if plan.analyse and analyse is not None:
+        outcome = ChildOutcome(kind=kind, code=code, message=message, where=where,  # type: ignore[arg-type]
+                               steps=session.step_index)
+        _analyse(analyse, plan, out_dir, outcome, session, write_outcome)
+        _analyse_ranks(analyse, plan)
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.

@@ -32,23 +32,29 @@ import threading
 import time
 from pathlib import Path
 
-from opscope.capture.processes import ChildOutcome, count_lines, relay_stderr, signal_group
-from opscope.capture.run_folder import CAPTURE, OUTCOME, RunFolder, write_error_of_status
+from opscope.capture.outcomes import ChildOutcome, culprit, failed, rank_failure, read_rank_outcome
+from opscope.capture.processes import count_lines, relay_stderr, signal_group
+from opscope.capture.protocol import (
+    ENV_MASTER_PORT,
+    ENV_WORLD_SIZE,
+    LOCAL_RANK_FLAGS,
+    PEER_EXIT_SECONDS,
+    DistributedPlan,
+    ScanPlan,
+    rank_dir,
+)
+from opscope.capture.run_folder import RunFolder
 from opscope.errors import UserError
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "none")
 DEFAULT_WORLD_SIZE = 2
-ENV_WORLD_SIZE = "OPSCOPE_WORLD_SIZE"      # torch.cuda.device_count() in the script's processes
-ENV_MASTER_PORT = "OPSCOPE_MASTER_PORT"    # the rendezvous port every init_process_group uses
 GRACE_SECONDS = 10.0
-PEER_EXIT_SECONDS = 30.0
-PEER_GRACE_SECONDS = 5.0   # after a rank failed, how long the others may take to notice and end   # after rank 0 is done, how long the other ranks may take to stop
+PEER_GRACE_SECONDS = 5.0   # after a rank failed, how long the others may take to notice and end
 
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
                 "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"}
 _PROCESS_CALLS = {"multiprocessing.Process", "torch.multiprocessing.Process", "multiprocessing.context.Process"}
 _RANK_ENV_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
-_LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
 
 # -- which launcher -----------------------------------------------------------------------
@@ -81,7 +87,7 @@ def detect_launcher(script) -> tuple[str, str | None]:  # noqa: C901
     flag = None
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if node.value in _LOCAL_RANK_FLAGS and flag is None:
+            if node.value in LOCAL_RANK_FLAGS and flag is None:
                 flag = node.value
         elif isinstance(node, ast.Subscript) and _is_rank_env_read(node, aliases):
             needs = needs or not _conditional(node, parents)
@@ -129,7 +135,7 @@ def _required_rank_flag(call: ast.Call) -> bool:
         return False
     names = {a.value for a in call.args if isinstance(a, ast.Constant)}
     required = next((k.value for k in call.keywords if k.arg == "required"), None)
-    return bool(names & set(_LOCAL_RANK_FLAGS)) and isinstance(required, ast.Constant) and required.value is True
+    return bool(names & set(LOCAL_RANK_FLAGS)) and isinstance(required, ast.Constant) and required.value is True
 
 
 def _conditional(node: ast.AST, parents: dict) -> bool:
@@ -172,11 +178,8 @@ def _env_rendezvous(call: ast.Call) -> bool:
     return method is None or (isinstance(method, ast.Constant) and str(method.value).startswith("env://"))
 
 
-def resolve(requested: str, script, world_size: int | None, ranks: str) -> dict | None:
-    """The launch plan for ``opscope scan``, or None for a single process.
-
-    ``{"launcher", "world_size", "ranks": [captured ranks], "local_rank_flag", "detected"}``.
-    """
+def resolve(requested: str, script, world_size: int | None, ranks: str) -> DistributedPlan | None:
+    """The launch plan for ``opscope scan``, or None for a single process."""
     requested = (requested or "auto").lower()
     if requested not in LAUNCHERS:
         raise UserError(f"unknown --launcher {requested!r}: use auto, spawn, torchrun or none")
@@ -191,8 +194,8 @@ def resolve(requested: str, script, world_size: int | None, ranks: str) -> dict 
                             "with a fallback, if at all): use --launcher torchrun|spawn")
         return None
     world = world_size or DEFAULT_WORLD_SIZE
-    return {"launcher": launcher, "world_size": world, "ranks": parse_ranks(ranks, world),
-            "local_rank_flag": flag, "detected": detected}
+    return DistributedPlan(launcher=launcher, world_size=world, ranks=tuple(parse_ranks(ranks, world)),
+                           local_rank_flag=flag, detected=detected)
 
 
 def parse_ranks(spec: str, world: int) -> list[int]:
@@ -209,25 +212,17 @@ def parse_ranks(spec: str, world: int) -> list[int]:
     return sorted(wanted | {0})
 
 
-def describe(plan: dict) -> str:
+def describe(plan: DistributedPlan) -> str:
     """The one line printed before the run: launcher, world size, what is captured."""
-    world = plan["world_size"]
-    captured = plan["ranks"]
-    what = ("rank 0" if captured == [0] else
+    world = plan.world_size
+    captured = plan.ranks
+    what = ("rank 0" if captured == (0,) else
             "every rank" if len(captured) == world else "ranks " + ",".join(map(str, captured)))
-    if plan["launcher"] == "spawn":
+    if plan.launcher == "spawn":
         how = f"torch.multiprocessing.spawn script; torch.cuda.device_count() = {world} (--world-size)"
     else:
         how = f"torchrun-style script; opscope starts {world} ranks (--world-size) with RANK/WORLD_SIZE/MASTER_PORT"
     return f"distributed: {how}; capturing {what}"
-
-
-def rank_dir(out_dir: Path, rank: int, captured: bool) -> Path:
-    """Where a rank writes: the run folder (rank 0), rank{r}/ (captured), capture/ranks/rank{r}/ (not captured)."""
-    out_dir = Path(out_dir)
-    if not captured:
-        return out_dir / CAPTURE / "ranks" / f"rank{rank}"
-    return out_dir if rank == 0 else out_dir / f"rank{rank}"
 
 
 def free_port() -> int:
@@ -236,9 +231,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_env(plan: dict, port: int) -> dict:
+def launch_env(plan: DistributedPlan, port: int) -> dict:
     """Environment of every process of a distributed scan."""
-    return {ENV_WORLD_SIZE: str(plan["world_size"]), ENV_MASTER_PORT: str(port),
+    return {ENV_WORLD_SIZE: str(plan.world_size), ENV_MASTER_PORT: str(port),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
@@ -249,70 +244,18 @@ def rank_env(rank: int, world: int) -> dict:
             "TORCHELASTIC_RUN_ID": "opscope", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
 
 
-# -- how the ranks ended ------------------------------------------------------------------
-def failed(outcome: dict | None) -> bool:
-    if outcome is None:
-        return True
-    kind = outcome.get("kind")
-    return kind in ("exception", "usage", "write-error") or (kind == "exit" and outcome.get("code") not in (0, None))
-
-
-def culprit(outcomes: dict) -> tuple[int, dict] | None:
-    """The rank whose failure ended the run: the first to raise/exit non-zero, else the first killed.
-
-    ``outcomes``: rank -> outcome dict (``None`` when the rank wrote none; then
-    ``{"kind": "killed", ...}`` should already be filled in by the caller).
-    """
-    def when(item):
-        return (item[1] or {}).get("ended", float("inf")), item[0]
-    raised = sorted(((r, o) for r, o in outcomes.items() if failed(o)), key=when)
-    if raised:
-        return raised[0]
-    killed = sorted(((r, o) for r, o in outcomes.items() if o and o.get("kind") == "killed"), key=when)
-    return killed[0] if killed else None
-
-
-def rank_failure(rank: int, outcome: dict) -> dict:
-    """A rank's outcome, restated as the outcome of the whole run (its rank named)."""
-    out = dict(outcome)
-    if out.get("kind") in ("exception", "exit") and out.get("where"):
-        out["where"] = f"{out['where']} (rank {rank})"
-    elif out.get("kind") in ("exception", "exit"):
-        out["where"] = f"rank {rank}"
-    else:
-        out["message"] = f"rank {rank}: {out.get('message') or 'ended abruptly'}"
-    return out
-
-
-def read_rank_outcome(out_dir: Path, rank: int, captured: bool, returncode: int | None) -> dict:
-    folder = RunFolder(rank_dir(out_dir, rank, captured))
-    data = folder.read_outcome()
-    failure = write_error_of_status(returncode)
-    if data is None and failure:   # the rank could not even write its outcome (disk full)
-        return {"kind": "write-error", "code": None, "message": f"{failure} writing {CAPTURE}/{OUTCOME}",
-                "where": None, "steps": 0, "ended": time.time(), "error_path": str(folder.outcome_path)}
-    if data is None:
-        if returncode is not None and returncode < 0:
-            message = f"killed by {signal.Signals(-returncode).name}"
-        else:
-            message = f"the rank process ended abruptly (exit status {returncode})"
-        return {"kind": "killed", "code": returncode, "message": message, "where": None, "steps": 0,
-                "ended": time.time()}
-    return data
-
-
 # -- torchrun-style: opscope starts the ranks -----------------------------------------------
-# above complexity 15: starts, watches and stops every rank (shrinks with the ScanPlan contract: issue 21)
-def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=None):  # noqa: C901
+def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
     """Start one capture child per rank (rank 0 captured into the run folder); return a ChildOutcome.
 
     Any rank that raises, exits non-zero or is killed stops the others (SIGINT, then
-    SIGKILL); ``timeout`` stops all (SIGTERM).  Every rank runs in its own process
+    SIGKILL); ``plan.timeout`` stops all (SIGTERM).  Every rank runs in its own process
     group, and every group is killed before returning, whatever happened.
     """
-    plan = config["distributed"]
-    world, captured = plan["world_size"], set(plan["ranks"])
-    out_dir = Path(config["out_dir"])
+    assert plan.distributed is not None
+    world, captured = plan.distributed.world_size, set(plan.distributed.ranks)
+    out_dir = Path(plan.out_dir)
+    timeout = plan.timeout
     procs: dict[int, subprocess.Popen] = {}
     relays = []
     started = time.monotonic()
@@ -321,14 +264,10 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     previous = _on_sigterm()
     try:
         for rank in range(world):
-            is_captured = rank in captured
-            folder = rank_dir(out_dir, rank, is_captured)
-            RunFolder(folder).clear_capture()
-            cfg = dict(config, out_dir=str(folder.resolve()), rank=rank, capture=is_captured,
-                       analyse=config.get("analyse", True) and is_captured,
-                       argv=_rank_argv(config["argv"], rank, plan.get("local_rank_flag")),
-                       settings=dict(config.get("settings") or {}, rank=rank))
-            path = RunFolder(folder).write_config(cfg)
+            rank_plan = plan.for_rank(rank)
+            folder = RunFolder(rank_plan.out_dir)
+            folder.clear_capture()
+            path = folder.write_config(rank_plan.to_dict())
             env = dict(child_env, **rank_env(rank, world))
             proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(path)], cwd=os.getcwd(),
                                     env=env, start_new_session=True, stderr=subprocess.PIPE)
@@ -371,9 +310,18 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         relay.join(timeout=5)
     if progress is not None:
         progress(count_lines(RunFolder(out_dir).steps_log))
-    for rank, proc in procs.items():
+    return _run_outcome(plan, outcomes, {rank: proc.returncode for rank, proc in procs.items()}, timed_out)
+
+
+def _run_outcome(plan: ScanPlan, outcomes: dict[int, dict], returncodes: dict[int, int | None],
+                 timed_out: bool) -> ChildOutcome:
+    """The run's end from every rank's: the timeout, else the first failing rank's (named), else rank 0's.
+
+    ``outcomes``: what was read while the ranks ran; a rank missing there, or read as killed
+    (it may have written its outcome since), is read again now that every rank has ended."""
+    for rank, returncode in returncodes.items():
         if rank not in outcomes or outcomes[rank].get("kind") == "killed":
-            outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
+            outcomes[rank] = read_rank_outcome(Path(plan.out_dir), rank, rank in plan.captured_ranks, returncode)
     main = outcomes[0]
     if main.get("kind") == "usage":
         raise UserError(main.get("message", ""))
@@ -381,9 +329,9 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
     if timed_out:
         if main.get("kind") != "timeout":
             extra.pop("analysed", None)
-        return ChildOutcome("timeout", None, f"the script did not finish {config['steps']} steps within "
-                            f"--timeout {timeout:g}s", steps=main.get("steps", 0), returncode=procs[0].returncode,
-                            extra=extra)
+        return ChildOutcome("timeout", None, f"the script did not finish {plan.steps} steps within "
+                            f"--timeout {plan.timeout or 0:g}s", steps=main.get("steps", 0),
+                            returncode=returncodes[0], extra=extra)
     if failed(main) or main.get("kind") == "killed" or any(failed(o) for o in outcomes.values()):
         rank, data = culprit(outcomes) or (0, main)
         data = rank_failure(rank, data)
@@ -391,10 +339,10 @@ def run_ranks(config: dict, child_env: dict, timeout: float | None, progress=Non
         if data.get("error_path"):   # a rank could not write its folder (disk full)
             extra["error_path"] = data["error_path"]
         return ChildOutcome(data.get("kind", "killed"), data.get("code"), data.get("message", ""),
-                            where=data.get("where"), steps=main.get("steps", 0), returncode=procs[rank].returncode,
+                            where=data.get("where"), steps=main.get("steps", 0), returncode=returncodes[rank],
                             extra=extra)
     return ChildOutcome(main.get("kind", "finished"), main.get("code"), main.get("message", ""),
-                        where=main.get("where"), steps=main.get("steps", 0), returncode=procs[0].returncode,
+                        where=main.get("where"), steps=main.get("steps", 0), returncode=returncodes[0],
                         extra=extra)
 
 
@@ -421,14 +369,6 @@ def _redeliver_sigterm(previous) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(1)
-
-
-def _rank_argv(argv: list, rank: int, flag: str | None) -> list:
-    """torch.distributed.launch passes --local_rank=N to scripts that declare it."""
-    argv = list(argv)
-    if flag and not any(a.split("=")[0] in _LOCAL_RANK_FLAGS for a in argv):
-        argv.append(f"{flag}={rank}")
-    return argv
 
 
 def _stop_peers(procs: dict, out_dir: Path, captured: set) -> None:

@@ -5,19 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-
-
-@dataclass
-class ChildOutcome:
-    kind: str                 # finished | steps-reached | exception | exit | killed | timeout | write-error
-    code: int | None = None
-    message: str = ""
-    where: str | None = None
-    steps: int = 0
-    returncode: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def relay_stderr(stream, capture_dir=None) -> None:

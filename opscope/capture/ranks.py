@@ -7,7 +7,8 @@
 * ``after_script``: once the script is over, no rank is left running and the run's
   outcome is the first failing rank's (named), else rank 0's.
 
-See ``distributed.py`` for the folders and the torchrun-style launch.
+The ranks' folders are ``protocol.rank_dir``'s; how the run ended is read with ``outcomes``;
+the torchrun-style launch is the parent's (``distributed.py``).
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from opscope.capture import distributed
+from opscope.capture import outcomes
+from opscope.capture.protocol import PEER_EXIT_SECONDS, ScanPlan, rank_dir
 from opscope.capture.run_folder import CAPTURE, SCRIPT_TRACEBACK, STEPS_LOG, TRACES, RunFolder
 from opscope.capture.session import CaptureSession, StopScan
 from opscope.capture.where import user_frame_summary
@@ -59,22 +62,16 @@ class UncapturedSession(CaptureSession):
         self.tracker.calls_in_step = 0
 
 
-def capture_options(config: dict) -> dict:
-    """Session options chosen on the command line (compile, memory bounds)."""
-    options: dict[str, bool | int] = {"keep_compile": bool(config.get("keep_compile", False))}
-    options.update({k: int(config[k]) for k in ("max_step_calls", "max_capture_mb") if config.get(k)})
-    return options
-
-
-def make_session(capture: bool, out_dir, steps, **kwargs):
-    return (CaptureSession if capture else UncapturedSession)(out_dir, steps, **kwargs)
+def make_session(capture: bool, out_dir, **options):
+    """A rank's session: ``options`` are ``ScanPlan.session_options()``."""
+    return (CaptureSession if capture else UncapturedSession)(out_dir, **options)
 
 
 # -- torch.multiprocessing.spawn ----------------------------------------------------------------
 class _State:
     def __init__(self):
         self.session: Any = None   # the launching process's own session (a CaptureSession)
-        self.config: Any = None    # its child config (a dict), from install_spawn
+        self.plan: ScanPlan | None = None   # its plan (device resolved), from install_spawn
         self.spawns = 0            # launches so far (only the first is captured)
         self.launches: list[dict] = []   # per launch: rank -> multiprocessing process
         self.process_launch: dict | None = None   # the open launch of Process(target=fn, args=(rank, ...))
@@ -83,11 +80,21 @@ class _State:
 _state = _State()
 
 
-def install_spawn(session, config: dict) -> None:
+@dataclass(frozen=True)
+class RankLaunch:
+    """What the ranks of one spawn launch share (pickled into each rank process)."""
+
+    plan: ScanPlan
+    out_dir: str                 # the run folder (first launch) or capture/spawnN/
+    captured: tuple[int, ...]    # the ranks profiled
+    findings: tuple = ()         # the launcher's runtime findings so far, as dicts
+
+
+def install_spawn(session, plan: ScanPlan) -> None:
     """In the capture child: rank processes of ``torch.multiprocessing.spawn`` run through ``_RankTarget``."""
     import torch.multiprocessing as tmp
     spawn_mod = sys.modules["torch.multiprocessing.spawn"]
-    _state.session, _state.config = session, config
+    _state.session, _state.plan = session, plan
     orig_start = spawn_mod.start_processes
 
     def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
@@ -113,39 +120,30 @@ def spawned() -> bool:
     return _state.spawns > 0
 
 
-def _plan(nprocs: int) -> dict:
-    plan = dict((_state.config or {}).get("distributed") or {})
-    plan.setdefault("ranks", [0])
-    plan["world_size"] = nprocs
-    return plan
+def _plan() -> ScanPlan:
+    assert _state.plan is not None, "install_spawn was not called"
+    return _state.plan
 
 
-def _new_launch(what: str, nprocs: int | None) -> dict:
-    """Start a launch: the first one takes over the run folder; returns the ranks' config."""
-    config = _state.config
+def _new_launch(what: str, nprocs: int | None) -> RankLaunch:
+    """Start a launch: the first one takes over the run folder; returns what its ranks share."""
+    plan = _plan()
     first = _state.spawns == 0
     _state.spawns += 1
-    out_dir = Path(config["out_dir"])
-    ranks = _plan(nprocs or 0)["ranks"]
-    captured = [r for r in ranks if nprocs is None or r < nprocs] if first else []
+    out_dir = Path(plan.out_dir)
+    captured = tuple(r for r in plan.captured_ranks if nprocs is None or r < nprocs) if first else ()
     count = f"{nprocs} rank process(es)" if nprocs else "rank processes"
     print(f"opscope: {what} starts {count}; "
           + (f"capturing rank(s) {','.join(map(str, captured))}" if captured else
              "running them uncaptured (only the first launch is captured)"), file=sys.stderr, flush=True)
     findings = _detach(_state.session, out_dir) if first else []
-    return {
-        "out_dir": str(out_dir if first else out_dir / CAPTURE / f"spawn{_state.spawns}"),
-        "user_root": os.path.dirname(os.path.abspath(config["script"])), "script": config["script"],
-        "steps": config["steps"], "step_marker": config.get("step_marker", "auto"),
-        "remap": config.get("device") == "cpu", "export_traces": config.get("export_traces", True),
-        "captured": captured, "findings": findings,
-        **{k: config[k] for k in ("keep_compile", "max_step_calls", "max_capture_mb") if config.get(k)},
-    }
+    return RankLaunch(plan, str(out_dir if first else out_dir / CAPTURE / f"spawn{_state.spawns}"), captured,
+                      tuple(findings))
 
 
 def _start(orig_start, fn, args, nprocs, join, daemon):
     first = _state.spawns == 0
-    out_dir = Path(_state.config["out_dir"])
+    out_dir = Path(_plan().out_dir)
     target = _RankTarget(fn, _new_launch("torch.multiprocessing.spawn", nprocs))
     ctx = orig_start(target, args, nprocs, False, daemon, start_method="spawn")
     _state.launches.append(dict(enumerate(ctx.processes)))
@@ -156,12 +154,12 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
     while not ctx.join(timeout=1.0, grace_period=RANK_GRACE_SECONDS):
         if ctx.processes[0].exitcode == 0:   # rank 0 is done: a peer stuck past it is not worth waiting for
             rank0_done = rank0_done or time.monotonic()
-            if time.monotonic() - rank0_done > distributed.PEER_EXIT_SECONDS:
+            if time.monotonic() - rank0_done > PEER_EXIT_SECONDS:
                 for proc in ctx.processes:
                     if proc.is_alive():
                         proc.terminate()
     if first:
-        main = distributed.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
+        main = outcomes.read_rank_outcome(out_dir, 0, True, ctx.processes[0].exitcode)
         if main.get("kind") == "steps-reached":
             raise StopScan(main.get("message") or "steps reached")   # the launcher ends with its ranks
     return None
@@ -170,9 +168,9 @@ def _start(orig_start, fn, args, nprocs, join, daemon):
 def _wrap_rank_process(proc) -> None:
     """``Process(target=fn, args=(rank, ...))`` of the script (spawn start method): run it as a rank."""
     import multiprocessing
-    if _state.config is None or isinstance(proc._target, _RankTarget):
+    if _state.plan is None or isinstance(proc._target, _RankTarget):
         return
-    if ((_state.config.get("distributed") or {}).get("launcher")) != "spawn":
+    if _state.plan.distributed is None or _state.plan.distributed.launcher != "spawn":
         return        # a helper process of a script that is not launched as ranks (see distributed.detect_launcher)
     args = tuple(proc._args or ())
     code = getattr(proc._target, "__code__", None)
@@ -185,9 +183,9 @@ def _wrap_rank_process(proc) -> None:
         return        # a forked process inherits this one's capture; only spawn/forkserver are ranks
     launch = _state.process_launch
     if launch is None or args[0] in launch["procs"]:
-        launch = _state.process_launch = {"config": _new_launch("multiprocessing.Process", None), "procs": {}}
+        launch = _state.process_launch = {"launch": _new_launch("multiprocessing.Process", None), "procs": {}}
         _state.launches.append(launch["procs"])
-    proc._target = _RankTarget(proc._target, launch["config"])
+    proc._target = _RankTarget(proc._target, launch["launch"])
     launch["procs"][args[0]] = proc
 
 
@@ -214,22 +212,21 @@ def _detach(session, out_dir: Path) -> list:
 class _RankTarget:
     """Picklable rank entry: ``fn(rank, *args)`` under the rank's own session."""
 
-    def __init__(self, fn, config: dict):
-        self.fn, self.config = fn, config
+    def __init__(self, fn, launch: RankLaunch):
+        self.fn, self.launch = fn, launch
 
     def __call__(self, rank, *args):
-        cfg = self.config
+        launch = self.launch
+        script = launch.plan.script
         from opscope.capture.noise import divert_own_warnings
-        divert_own_warnings(Path(cfg["out_dir"]) / "capture")   # opscope's warnings: the run's notes, not stderr
-        captured = rank in cfg["captured"]
-        folder = distributed.rank_dir(Path(cfg["out_dir"]), rank, captured)
+        divert_own_warnings(Path(launch.out_dir) / "capture")   # opscope's warnings: the run's notes, not stderr
+        captured = rank in launch.captured
+        folder = rank_dir(Path(launch.out_dir), rank, captured)
         RunFolder(folder).clear_capture()
-        session = make_session(captured, folder, cfg["steps"], step_marker=cfg["step_marker"],
-                               user_root=cfg["user_root"], remap=cfg["remap"], export_traces=cfg["export_traces"],
-                               **capture_options(cfg))
+        session = make_session(captured, folder, **launch.plan.session_options())
         if session.findings is not None and captured:
             from opscope.model import Finding
-            for data in cfg["findings"]:
+            for data in launch.findings:
                 f = Finding.from_dict(data)
                 session.findings.items[(f.rule, f.file, f.line)] = f
 
@@ -253,12 +250,12 @@ class _RankTarget:
             kind, code, message = "killed", 130, "interrupted (the launching process ended)"
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            kind, message, where = "exit", f"the script called sys.exit({exc.code!r})", _where(exc, cfg["script"])
+            kind, message, where = "exit", f"the script called sys.exit({exc.code!r})", _where(exc, script)
             error = exc if code else None
         except BaseException as exc:
             kind, code, error = "exception", 1, exc
             message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
-            where = _where(exc, cfg["script"])
+            where = _where(exc, script)
             try:
                 RunFolder(folder).write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
             except OSError:
@@ -309,33 +306,34 @@ def after_script(kind, code, message, where) -> tuple[str, object, str, str | No
                 proc.kill()
                 proc.join()
     procs = _state.launches[0]
-    out_dir = Path(_state.config["out_dir"])
-    captured = set(_plan(len(procs))["ranks"])
-    outcomes = {r: distributed.read_rank_outcome(out_dir, r, r in captured, p.exitcode) for r, p in procs.items()}
-    if 0 not in outcomes:
+    out_dir = Path(_plan().out_dir)
+    captured = set(_plan().captured_ranks)
+    ended = {r: outcomes.read_rank_outcome(out_dir, r, r in captured, p.exitcode) for r, p in procs.items()}
+    if 0 not in ended:
         return kind, code, message, where, None
-    steps = outcomes[0].get("steps", 0)
+    steps = ended[0].get("steps", 0)
     if kind == "timeout":
         return kind, code, message, where, steps
-    found = distributed.culprit(outcomes)
-    rank0_ok = outcomes[0].get("kind") in ("steps-reached", "finished")
-    if found is not None and (distributed.failed(found[1]) or not rank0_ok):   # not: a peer stopped after rank 0
-        data = distributed.rank_failure(*found)
+    found = outcomes.culprit(ended)
+    rank0_ok = ended[0].get("kind") in ("steps-reached", "finished")
+    if found is not None and (outcomes.failed(found[1]) or not rank0_ok):   # not: a peer stopped after rank 0
+        data = outcomes.rank_failure(*found)
         return data.get("kind", "killed"), data.get("code"), data.get("message", ""), data.get("where"), steps
-    if distributed.failed({"kind": kind, "code": code}) or kind == "killed":
+    if outcomes.failed({"kind": kind, "code": code}) or kind == "killed":
         return kind, code, message, where, steps    # the ranks were fine; the script failed after them
-    main = outcomes[0]
+    main = ended[0]
     return main.get("kind", kind), main.get("code", code), main.get("message", message), main.get("where"), steps
 
 
-def analyse_ranks(config: dict, device: str, build) -> None:
-    """Write scan.json/operators.csv of every captured rank other than 0 (its own outcome)."""
+def analyse_ranks(plan: ScanPlan, build) -> None:
+    """Write scan.json/operators.csv of every captured rank other than 0 (its own outcome):
+    ``build(folder, outcome dict, the rank's plan)``."""
     if not spawned():
         return
     procs = _state.launches[0]
-    out_dir = Path(config["out_dir"])
-    captured = [r for r in _plan(len(procs))["ranks"] if r in procs and r > 0]
+    out_dir = Path(plan.out_dir)
+    captured = [r for r in plan.captured_ranks if r in procs and r > 0]
     for rank in captured:
-        folder = distributed.rank_dir(out_dir, rank, True)
-        data = distributed.read_rank_outcome(out_dir, rank, True, procs[rank].exitcode)
-        build(folder, data, dict(config.get("settings") or {}, rank=rank))
+        folder = rank_dir(out_dir, rank, True)
+        data = outcomes.read_rank_outcome(out_dir, rank, True, procs[rank].exitcode)
+        build(folder, data, replace(plan, settings=plan.rank_settings(rank)))

@@ -12,8 +12,8 @@ import functools
 import os
 import re
 
-from opscope.capture import distributed
 from opscope.capture.devices import is_cuda
+from opscope.capture.protocol import ENV_MASTER_PORT, ENV_WORLD_SIZE
 
 
 def install_remap(remapper, rec) -> None:
@@ -23,7 +23,7 @@ def install_remap(remapper, rec) -> None:
         import torch.distributed as dist
     except Exception:  # pragma: no cover
         return
-    world = int(os.environ.get(distributed.ENV_WORLD_SIZE, "0") or 0)
+    world = int(os.environ.get(ENV_WORLD_SIZE, "0") or 0)
     if world:   # torch.cuda/torch.accelerator.device_count(): nprocs=device_count() spawns the world
         remapper.device_count = world
     if not dist.is_available():
@@ -86,7 +86,7 @@ def _gloo(orig, rec, name: str, rendezvous: bool):
 
 def _local_rendezvous(args, kwargs):
     """Point tcp:// and env:// rendezvous at opscope's free local port (no collisions between scans)."""
-    port = os.environ.get(distributed.ENV_MASTER_PORT)
+    port = os.environ.get(ENV_MASTER_PORT)
     if not port or "store" in kwargs:
         return args, kwargs
     method = kwargs.get("init_method", args[1] if len(args) > 1 else None)

@@ -13,83 +13,42 @@ import threading
 import time
 from pathlib import Path
 
-from opscope.capture.processes import ChildOutcome, count_lines, relay_stderr, signal_group
+from opscope.capture.outcomes import ChildOutcome
+from opscope.capture.processes import count_lines, relay_stderr, signal_group
+from opscope.capture.protocol import ScanPlan
 from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 GRACE_SECONDS = 10.0
 
 
-def resolve_device(requested: str) -> str:
-    """auto -> npu if torch_npu and a device are present, else cuda if available, else cpu."""
-    requested = (requested or "auto").lower()
-    if requested not in ("auto", "cpu", "cuda", "npu"):
-        raise UserError(f"unknown --device {requested!r}: use auto, cpu, cuda or npu")
-    npu_ok = _npu_available()
-    import torch
-    cuda_ok = torch.cuda.is_available()
-    if requested == "auto":
-        return "npu" if npu_ok else ("cuda" if cuda_ok else "cpu")
-    if requested == "cuda" and not cuda_ok:
-        raise UserError("--device cuda: no CUDA device is available here; use --device cpu "
-                        "(CUDA calls are then remapped to the CPU) or run on a GPU machine")
-    if requested == "npu" and not npu_ok:
-        raise UserError("--device npu: torch_npu is not importable or no NPU is present; "
-                        "install torch_npu with CANN on an Ascend machine, or use --device cpu")
-    return requested
+def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
+               max_memory_mb: float | None = None) -> ChildOutcome:
+    """Run ``plan.script`` for ``plan.steps`` steps in a child process, capturing into ``plan.out_dir``.
 
-
-def _npu_available() -> bool:
-    import importlib.util
-    if importlib.util.find_spec("torch_npu") is None:
-        return False
-    try:  # pragma: no cover - needs Ascend hardware
-        import torch
-        import torch_npu  # noqa: F401
-        return bool(torch.npu.is_available())   # type: ignore[attr-defined]
-    except Exception:
-        return False
-
-
-# above complexity 15: the parent side of the scan (shrinks with the ScanPlan contract: issue 21)
-def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: str = "cpu",  # noqa: C901
-               timeout: float | None = None, plugins: list[str] | None = None, env: dict | None = None,
-               step_marker: str = "auto", export_traces: bool = True, progress=None,
-               analyse: bool = False, settings: dict | None = None, target: str | None = None,
-               static: bool = True, capture_options: dict | None = None,
-               distributed: dict | None = None, max_memory_mb: float | None = None) -> ChildOutcome:
-    """Run ``script`` for ``steps`` steps in a child process, capturing into ``out_dir``.
-
-    ``device`` may be ``auto`` (resolved in the child, which imports torch anyway).
-    With ``analyse`` the child also writes scan.json (``outcome.extra["analysed"]``).
+    ``plan.device`` may be ``auto`` (resolved in the child, which imports torch anyway).
+    With ``plan.analyse`` the child also writes scan.json (``outcome.extra["analysed"]``).
     ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
     script itself: those come back in the outcome; a bad ``device`` raises UserError.
-    ``distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
+    ``plan.distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
     """
-    out_dir = Path(out_dir)
+    plan = plan.started()
+    out_dir = Path(plan.out_dir)
+    timeout = plan.timeout
     folder = RunFolder(out_dir)
     capture_dir = folder.capture_dir
     folder.clear_capture()
-    config = {
-        "script": str(Path(script).resolve()), "argv": list(argv), "out_dir": str(out_dir.resolve()),
-        "steps": steps, "device": device, "remap": device == "cpu", "plugins": plugins or [],
-        "step_marker": step_marker, "export_traces": export_traces, "analyse": analyse,
-        "settings": settings or {"steps": steps}, "target": target, "static": static,
-        **(capture_options or {}),
-        "distributed": distributed, "started_epoch": time.time(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-    }
-    config_path = folder.write_config(config)
+    config_path = folder.write_config(plan.to_dict())
     folder.reserve_space()   # released when the script ends: room for the outcome and scan.json
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    if distributed:
+    if plan.distributed is not None:
         from opscope.capture import distributed as dist_launch
-        child_env.update(dist_launch.launch_env(distributed, dist_launch.free_port()))
-        if distributed["launcher"] == "torchrun":
+        child_env.update(dist_launch.launch_env(plan.distributed, dist_launch.free_port()))
+        if plan.distributed.launcher == "torchrun":
             try:
-                return dist_launch.run_ranks(config, child_env, timeout, progress)
+                return dist_launch.run_ranks(plan, child_env, progress)
             finally:
                 folder.release_reserve()
     cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
@@ -142,9 +101,18 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
     outcome = _read_outcome(capture_dir, proc.returncode)
     if outcome.kind == "usage":
         raise UserError(outcome.message)
+    _stopped_by_parent(outcome, plan, timed_out, interrupted, over_memory, limit_mb)
+    if progress is not None:
+        progress(count_lines(steps_file))
+    return outcome
+
+
+def _stopped_by_parent(outcome: ChildOutcome, plan: ScanPlan, timed_out: bool, interrupted: int | None,
+                       over_memory: float | None, limit_mb: float | None) -> None:
+    """When this side stopped the child (timeout, a signal to opscope, --max-memory), that is the run's end."""
     if timed_out:
         outcome.kind = "timeout"
-        outcome.message = f"the script did not finish {steps} steps within --timeout {timeout:g}s"
+        outcome.message = f"the script did not finish {plan.steps} steps within --timeout {plan.timeout or 0:g}s"
     if interrupted is not None:
         name = signal.Signals(interrupted).name
         outcome.kind = "interrupted"
@@ -154,10 +122,7 @@ def run_script(script: str, argv: list[str], out_dir: Path, steps: int, device: 
         outcome.kind = "memory"
         outcome.code = 1
         outcome.message = (f"the script and its processes used {over_memory:,.0f} MB, more than --max-memory "
-                           f"{limit_mb:,.0f} MB")
-    if progress is not None:
-        progress(count_lines(steps_file))
-    return outcome
+                           f"{limit_mb or 0:,.0f} MB")
 
 
 class _Terminated(Exception):

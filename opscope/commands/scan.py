@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
     out = Path(args.out)
     _check_out(out)
     from opscope.analysis.verdicts import resolve_target
-    resolve_target(args.target)  # fail fast on an unknown torch_npu version, before running anything
+    target = resolve_target(args.target)  # the one resolution; fails fast on an unknown torch_npu version
     from opscope.analysis.npu_cost import resolve_chip
     chip = resolve_chip(args.chip)[0]  # and on an unknown chip
     calibration = _calibration_file(args.calibration)
@@ -159,9 +159,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
         settings.mode = mode
         device = "cpu"   # fake tensors stand for the device's; CUDA calls are remapped as on a CPU scan
     if plan:
-        settings.distributed = {"launcher": plan["launcher"], "world_size": plan["world_size"],
-                                "ranks": plan["ranks"],
-                                "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan["ranks"]}}
+        settings.distributed = {"launcher": plan.launcher, "world_size": plan.world_size,
+                                "ranks": list(plan.ranks),
+                                "rank_dirs": {str(r): "." if r == 0 else f"rank{r}" for r in plan.ranks}}
         settings.rank = 0
         if not args.quiet:
             console.print(f"opscope: {dist_launch.describe(plan)}")
@@ -172,17 +172,23 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
             console.print(f"opscope: note: {held.note}", soft_wrap=True, markup=False, highlight=False)
         from opscope.report.registry import reporters
         run_folder.RunFolder(out).clear_previous_scan([r.file_name for r in reporters("scan").values()])
-        return _scan(args, console, script, formats, out, plan, settings,
-                     env=wrapped.env if wrapped is not None else None, device=device, mode=mode)
+        from opscope.capture.protocol import ScanPlan
+        scan_plan = ScanPlan(script=str(script), argv=tuple(args.script_args), out_dir=str(out), steps=args.steps,
+                             device=device, step_marker=args.step_marker, export_traces=not args.no_traces,
+                             analyse=True, settings=settings.to_dict(), target=target, timeout=args.timeout,
+                             keep_compile=args.keep_compile, max_step_calls=args.max_step_calls,
+                             max_capture_mb=args.max_capture_mb, mode=mode, distributed=plan)
+        return _scan(args, console, scan_plan, formats, env=wrapped.env if wrapped is not None else None)
     finally:
         held.release()
 
 
 # above complexity 15: CLI command: one branch per scan mode and outcome
-def _scan(args, console, script: Path, formats: list[str], out: Path, plan, settings: ScanSettings,  # noqa: C901
-          env: dict | None = None, device: str = "auto", mode: str = "real") -> int:
+def _scan(args, console, plan, formats: list[str], env: dict | None = None) -> int:  # noqa: C901
+    """Run ``plan`` (a ``capture.protocol.ScanPlan``), then write its reports; the exit status."""
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
+    script, out = Path(plan.script), Path(plan.out_dir)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     status = console.status(f"running {script.name} under the profiler: step 0/{args.steps}")
@@ -205,14 +211,7 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
                 status.update(f"running {script.name} under the profiler: step {done}/{args.steps}")
 
     try:
-        outcome = run_script(str(script), args.script_args, out, args.steps, device=device,
-                             timeout=args.timeout, step_marker=args.step_marker, export_traces=not args.no_traces,
-                             progress=progress, analyse=True, settings=settings.to_dict(), target=args.target,
-                             capture_options={"keep_compile": args.keep_compile,
-                                              "max_step_calls": args.max_step_calls,
-                                              "max_capture_mb": args.max_capture_mb, "mode": mode},
-                             distributed=plan, max_memory_mb=args.max_memory,
-                             env=env)
+        outcome = run_script(plan, progress=progress, max_memory_mb=args.max_memory, env=env)
     finally:
         status.stop()
     result = None
@@ -226,9 +225,9 @@ def _scan(args, console, script: Path, formats: list[str], out: Path, plan, sett
     try:
         if result is None:  # the child could not analyse (killed, crashed): do it here
             result = analyse_capture(out, script=str(script), argv=args.script_args,
-                                     device=outcome.extra.get("device", args.device), settings=settings,
+                                     device=outcome.extra.get("device", args.device), settings=plan.settings,
                                      outcome=outcome, started_at=started_at, duration_s=time.perf_counter() - t0,
-                                     static_paths=[], target=args.target)
+                                     static_paths=[], target=plan.target)
         _note_kept_noise(result, out)
         import contextlib
         with (console.status("writing " + ", ".join(formats)) if formats and not args.quiet

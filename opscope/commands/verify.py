@@ -48,7 +48,7 @@ def _device(name: str) -> str:
     name = (name or "auto").lower()  # argparse checked it against auto, cpu, cuda, npu
     if name != "auto":
         return name
-    from opscope.capture.runner import resolve_device  # the one auto rule: npu, else cuda, else cpu
+    from opscope.capture.devices import resolve_device  # the one auto rule: npu, else cuda, else cpu
     return resolve_device("auto")
 
 

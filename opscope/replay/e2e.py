@@ -20,6 +20,7 @@ OK_KINDS = ("finished", "steps-reached")
 
 
 def _run(script, argv, out: Path, device: str, steps: int, seed: int, timeout, console, label: str) -> dict:
+    from opscope.capture.protocol import ScanPlan
     from opscope.capture.runner import run_script
     env = {SEED_ENV: str(seed), "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     (out / FILE_NAME).unlink(missing_ok=True)
@@ -28,9 +29,9 @@ def _run(script, argv, out: Path, device: str, steps: int, seed: int, timeout, c
     if status is not None:
         status.start()
     try:
-        outcome = run_script(script, argv, out, steps, device=device, timeout=timeout, plugins=[PLUGIN], env=env,
-                             export_traces=False, analyse=False, static=False,
-                             progress=(lambda n: status.update(f"e2e {label} run on {device}: step {n}/{steps}"))
+        plan = ScanPlan(script=str(script), argv=tuple(argv), out_dir=str(out), steps=steps, device=device, timeout=timeout,
+                        plugins=(PLUGIN,), export_traces=False, analyse=False, static=False)
+        outcome = run_script(plan, env=env, progress=(lambda n: status.update(f"e2e {label} run on {device}: step {n}/{steps}"))
                              if status is not None else None)
     finally:
         if status is not None:
