@@ -19,10 +19,10 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from sysconfig import get_paths
 from types import FrameType
 from typing import Literal
 
@@ -64,8 +64,8 @@ _MOVES_TO_DEVICE = frozenset({"to", "cuda", "npu"})
 
 _LIB_DIRS = tuple({
     str(Path(p).resolve()) for p in (
-        sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
-        sysconfig.get_paths().get("platlib"), os.path.dirname(os.__file__),
+        get_paths().get("stdlib"), get_paths().get("purelib"),
+        get_paths().get("platlib"), os.path.dirname(os.__file__),
     ) if p
 }) + (str(Path(torch.__file__).resolve().parent.parent),)
 _OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
@@ -73,7 +73,7 @@ _OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
 _TORCH_DIRS = (str(Path(torch.__file__ or "").resolve().parent),) + tuple(
     str(Path(torch.__file__).resolve().parent.parent / name) for name in ("functorch", "torchgen", "triton"))
 _STDLIB_DIRS = tuple({str(Path(p).resolve()) for p in (
-    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"), os.path.dirname(os.__file__)) if p})
+    get_paths().get("stdlib"), get_paths().get("platstdlib"), os.path.dirname(os.__file__)) if p})
 
 
 class SourceTable:
@@ -196,29 +196,22 @@ def _site_relative(path: str) -> str:
     return os.path.relpath(path, best) if best else path
 
 
-def iter_tensors(obj, depth=0):
+def iter_tensors(obj, depth=0, max_depth=2, mappings: type | tuple = dict):
     """The tensors of a torch call's arguments or result: two levels of lists, tuples and dicts (cheap, per call)."""
     if isinstance(obj, torch.Tensor):
         yield obj
-    elif depth < 2 and isinstance(obj, (list, tuple)):
+    elif depth < max_depth and isinstance(obj, (list, tuple)):
         for item in obj:
-            yield from iter_tensors(item, depth + 1)
-    elif depth < 2 and isinstance(obj, dict):
-        for item in obj.values():
-            yield from iter_tensors(item, depth + 1)
+            yield from iter_tensors(item, depth + 1, max_depth, mappings)
+    elif depth < max_depth and isinstance(obj, mappings):
+        for item in obj.values():   # type: ignore[union-attr]  # a dict or a Mapping, as asked
+            yield from iter_tensors(item, depth + 1, max_depth, mappings)
 
 
-def _iter_batch(obj, depth=0):
-    """The tensors of a DataLoader batch: also inside mappings that are not dicts (transformers'
-    BatchEncoding is a UserDict), which the per-call ``iter_tensors`` leaves out for speed."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif depth < 3 and isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _iter_batch(item, depth + 1)
-    elif depth < 3 and isinstance(obj, Mapping):
-        for item in obj.values():
-            yield from _iter_batch(item, depth + 1)
+def _iter_batch(obj):
+    """The tensors of a DataLoader batch: three levels, also inside mappings that are not dicts
+    (transformers' BatchEncoding is a UserDict), which the per-call walk leaves out for speed."""
+    return iter_tensors(obj, 0, 3, Mapping)
 
 
 class SourceTracker(TorchFunctionMode):
