@@ -144,3 +144,13 @@ def test_size_read_back_with_item_is_the_root_cause(tmp_path):
     assert roots(result) == {(line(script, "n_keep = int((conf > args.threshold).sum().item())"), "host-sync")}
     rc = result["root_causes"][0]
     assert rc["cause"] == "host-sync" and "aten::cross_entropy_loss" in rc["ops"]
+
+
+def test_collate_function_work_is_data_preparation_in_every_step(tmp_path):
+    """What a DataLoader's collate function runs (pad_sequence, its copies and fills) is labelled
+    data preparation ('other'), in step 1 as in the later ones, never forward work: the loader's
+    fetch carries the ``opscope.dataloader`` range (a slip that dropped it went unnoticed)."""
+    result = scan(tmp_path, "padded_tagger.py", 4)
+    collate = [op for op in result["operators"] if op.get("source") == "padded_tagger.py:12"]
+    assert collate and {op["phase"] for op in collate} == {"other"}
+    assert any(1 in op["steps"] for op in collate)

@@ -103,7 +103,7 @@ def install_dataloader_tagging(session) -> list:
     import torch
     from torch.utils.data import DataLoader
     from torch.utils.data.dataloader import _BaseDataLoaderIter
-    record_function = getattr(torch._C._profiler, "record_functionFast", None)   # cheap profiler annotations
+    record_function = getattr(torch._C._profiler, "_RecordFunctionFast", None)   # cheap profiler annotations
     orig_init = DataLoader.__init__
     orig_next = _BaseDataLoaderIter.__next__
 
