@@ -408,7 +408,10 @@ class SourceTracker(TorchFunctionMode):
         origins: frozenset = frozenset()
         has_tensors = False
         on_device = moved or _is_accel(kwargs.get("device"))
-        for t in (args if _plain_tensors(args) else iter_tensors(args)):
+        tensors = args if _plain_tensors(args) else iter_tensors(args)
+        if kwargs:
+            tensors = itertools.chain(tensors, iter_tensors(kwargs))
+        for t in tensors:
             if type(t) is not _Tensor and not isinstance(t, _Tensor):
                 continue   # a plain argument of a flat call
             has_tensors = True
@@ -417,14 +420,6 @@ class SourceTracker(TorchFunctionMode):
                 origins = origins | o
             if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
                 on_device = True
-        if kwargs:
-            for t in iter_tensors(kwargs):
-                has_tensors = True
-                o = getattr(t, "_opscope_origins", None)
-                if o:
-                    origins = origins | o
-                if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
-                    on_device = True
         kind, at = None, where
         if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
             kind = "data-dependent-output"
