@@ -224,3 +224,15 @@ def test_fail_under_gates_on_the_readiness_score(tmp_path):
     assert proc.returncode == 5 and "below --fail-under" in proc.stderr
     proc = run_opscope("scan", "examples/train_huber.py", "--target", "9.9.9")
     assert proc.returncode == 2 and "9.9.9" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_optimizer_post_hook_work_stays_in_its_step_and_does_not_crash_the_scan(tmp_path):
+    """A global optimizer post-hook (an EMA update) runs inside ``Optimizer.step``'s profiler range:
+    ending the step there stopped the profiler under an open range and the next step died of SIGSEGV."""
+    proc = run_opscope("scan", SCRIPTS / "optimizer_post_hook.py", "--steps", "3", "--out", tmp_path,
+                       "--format", "", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_scan(tmp_path)
+    assert [s["index"] for s in data["steps"] if s["complete"]] == [1, 2, 3]
+    lerp = [op for op in data["operators"] if op["name"] == "aten::lerp_"]
+    assert lerp and all(op["phase"] == "optimizer" and op["steps"] == [1, 2, 3] for op in lerp), lerp

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,34 @@ def _collect_cpu(enable: bool) -> None:
     toggle = getattr(torch._C._autograd, "_toggle_collection_dynamic", None)
     if toggle is not None:
         toggle(enable, {ProfilerActivity.CPU})
+
+
+def _optimizer_wrapper_code():
+    """The code object of ``Optimizer.step``'s profiling wrapper (the one of every optimizer)."""
+    try:
+        from torch.optim.optimizer import Optimizer
+        return Optimizer.profile_hook_step(lambda *a, **k: None).__code__
+    except Exception:   # another torch: no wrapper to look for
+        return None
+
+
+_OPTIMIZER_WRAPPER = _optimizer_wrapper_code()
+
+
+def _inside_optimizer_step(frame) -> bool:
+    """Is ``Optimizer.step``'s wrapper on the stack, i.e. its ``record_function`` range still open?
+
+    Its post-hooks run inside that range; a step boundary there stops the profiler under an
+    open range, whose exit then writes into the freed session (a SIGSEGV in the next step).
+    Walked only while a boundary is pending, so once or twice per step.
+    """
+    if _OPTIMIZER_WRAPPER is None:
+        return False
+    while frame is not None:
+        if frame.f_code is _OPTIMIZER_WRAPPER:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class StopScan(BaseException):
@@ -165,6 +194,10 @@ class CaptureSession:
             # at the first torch call after it, so the range is never cut by a step boundary
             return
         if self.tracker.boundary_pending:
+            if _inside_optimizer_step(sys._getframe(1)):
+                # a global optimizer post-hook registered after opscope's (an EMA update, fake
+                # mode's state accounting) runs inside ``Optimizer.step#...``'s range
+                return
             self.tracker.boundary_pending = False
             self.step()
 
