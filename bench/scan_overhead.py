@@ -14,6 +14,8 @@ Without --script it runs the suite: examples/train_alexnet.py, examples/train_re
   stopped once at the end, nothing else (no source lines, no per-step output);
 - profiler-steps (with --all): the same profiler stopped and started at every step boundary, each
   step's events read (what a per-step capture pays beyond the across-steps floor);
+- profiler-record (with --all): the profiler across all steps with its events never read: the cost
+  of recording alone (Kineto's per-operator callbacks), the floor under any reading of the events;
 - seed: the porting guide's method - profile each step with record_shapes, print
   `key_averages(group_by_input_shape=True).table()` and parse the printed table.
 Prints median wall seconds of whole processes (Python + torch start-up included) and the ratios, and
@@ -46,7 +48,7 @@ def start():
         from torch.profiler import ProfilerActivity, profile
         state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         state["prof"].__enter__()
-    if mode == "profiler" and state["prof"] is None:
+    if mode in ("profiler", "profiler-record") and state["prof"] is None:
         from torch.profiler import ProfilerActivity, profile
         state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         state["prof"].__enter__()
@@ -77,6 +79,8 @@ def after_step():
         if mode == "profiler":
             state["prof"].__exit__(None, None, None)   # the profiler's own post-processing counts
             state["rows"] = len(state["prof"].events())
+        if mode == "profiler-record":
+            state["prof"].__exit__(None, None, None)   # recording only: the events are never read
         sys.stdout.flush()
         os._exit(0)
     start()
@@ -187,6 +191,9 @@ def run_one(args, script: str, script_args: list) -> None:
             commands["profiler-steps"] = [sys.executable, str(runner), "profiler-steps", str(args.steps), script,
                                           *script_args]
             envs["profiler-steps"] = env
+            commands["profiler-record"] = [sys.executable, str(runner), "profiler-record", str(args.steps), script,
+                                           *script_args]
+            envs["profiler-record"] = env
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleave runs so machine noise hits all of them alike
             for name, cmd in commands.items():
@@ -195,9 +202,10 @@ def run_one(args, script: str, script_args: list) -> None:
     print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; steps: {args.steps}; "
           f"repeat: {args.repeat} (median wall seconds, whole process)")
     cpu = {name: statistics.median(CPU.pop(name)) for name in commands}
-    print(f"{'run':<10}{'seconds':>10}{'vs plain':>10}{'CPU s':>10}{'vs plain':>10}")
-    for name in [n for n in ("plain", "opscope", "profiler", "profiler-steps", "seed") if n in med]:
-        print(f"{name:<10}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x"
+    print(f"{'run':<16}{'seconds':>10}{'vs plain':>10}{'CPU s':>10}{'vs plain':>10}")
+    for name in [n for n in ("plain", "opscope", "profiler", "profiler-steps", "profiler-record", "seed")
+                 if n in med]:
+        print(f"{name:<16}{med[name]:>10.2f}{med[name] / med['plain']:>9.2f}x"
               f"{cpu[name]:>10.2f}{cpu[name] / cpu['plain']:>9.2f}x")
     print(f"opscope vs bare profiler: {med['opscope'] / med['profiler']:.2f}x; "
           f"vs seed method: {med['opscope'] / med['seed']:.2f}x")
