@@ -69,7 +69,8 @@ def _classify(name: str) -> int:
 
 def _details(rec: tuple) -> tuple:
     e = rec[6]
-    return _jsonable(e.shapes()), list(e.dtypes()), _jsonable(e.concrete_inputs()), None
+    # shapes() is always a list of dimension lists of ints (the profiler's vector<vector<int64>>): JSON as it is
+    return e.shapes(), list(e.dtypes()), _jsonable(e.concrete_inputs()), None
 
 
 # Kineto's clock is exact (ns); a backend-private kernel is listed in its operator's children by this label

@@ -86,9 +86,12 @@ class SupportMatrix:
         return self.releases[line]
 
 
-def _lines_in(spec: str | None, all_lines: list[str]) -> set[str]:
+@lru_cache(maxsize=1024)
+def _lines_in(spec: str | None, all_lines: tuple[str, ...]) -> frozenset[str]:
+    """The release lines a version-range spec (``v2.1-v2.6,v2.8``) names; thousands of entries share a
+    few dozen specs, so each is worked out once."""
     if not spec or spec == "-":
-        return set()
+        return frozenset()
     chosen: set[str] = set()
     for part in spec.split(","):
         if "-" in part:
@@ -96,11 +99,12 @@ def _lines_in(spec: str | None, all_lines: list[str]) -> set[str]:
             chosen.update(v for v in all_lines if first <= line_key(v) <= last)
         else:
             chosen.add(part)
-    return chosen
+    return frozenset(chosen)
 
 
-def plugin_lines_of(entry: PluginEntry, all_lines: list[str]) -> set[str]:
-    return _lines_in(entry.acl_op, all_lines) | _lines_in(entry.op_api, all_lines)
+def plugin_lines_of(entry: PluginEntry, all_lines: list[str]) -> frozenset[str]:
+    lines = tuple(all_lines)
+    return _lines_in(entry.acl_op, lines) | _lines_in(entry.op_api, lines)
 
 
 def _read_line(path: Path) -> list[Release]:
