@@ -236,3 +236,18 @@ def test_optimizer_post_hook_work_stays_in_its_step_and_does_not_crash_the_scan(
     assert [s["index"] for s in data["steps"] if s["complete"]] == [1, 2, 3]
     lerp = [op for op in data["operators"] if op["name"] == "aten::lerp_"]
     assert lerp and all(op["phase"] == "optimizer" and op["steps"] == [1, 2, 3] for op in lerp), lerp
+
+
+def test_a_step_ends_after_the_scripts_own_profiler_range_closes(tmp_path):
+    """Each iteration inside the author's ``record_function`` range, the loss read after the optimizer
+    step within it: the step ends when the range closes, so that read stays in its own step (it used to
+    open the next one, and the last step's was lost) and no range outlives the profiler session it began in."""
+    script = SCRIPTS / "user_step_range.py"
+    proc = run_opscope("scan", script, "--steps", "3", "--out", tmp_path, "--format", "", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_scan(tmp_path)
+    assert [s["index"] for s in data["steps"] if s["complete"]] == [1, 2, 3]
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "mul_(0.5)" in text)
+    after_step = [op for op in data["operators"] if op["source"] == f"user_step_range.py:{line}"
+                  and op["name"] in ("aten::clone", "aten::mul_")]
+    assert len(after_step) == 2 and all(op["steps"] == [1, 2, 3] for op in after_step), after_step

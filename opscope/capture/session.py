@@ -21,6 +21,7 @@ import torch
 from opscope.atomic import write_atomic
 from opscope.capture.loaders import install_dataloader_tagging
 from opscope.capture.patches import Restore
+from opscope.capture.ranges import install_range_tracking
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter, rss_mb
@@ -127,6 +128,7 @@ class CaptureSession:
         self._eval_rf: Any = None            # annotation "opscope.eval" around no-grad/eval forwards
         self._update_rf: Any = None          # "opscope.optimizer" from a backward to the step's end (manual updates)
         self._phase_rfs: list = []           # open phase ranges around a closure, a backward, GradScaler calls
+        self.open_ranges: dict[int, Any] = {}   # the script's record_function ranges opened while recording
         self.module_depth = 0
         self._hooks: list = []
         self._opt_rf: Any = None
@@ -150,6 +152,7 @@ class CaptureSession:
             self.compile_guard.install()
         self._install_step_hooks()
         self._hooks += install_dataloader_tagging(self)
+        self._hooks += install_range_tracking(self)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()
@@ -188,7 +191,12 @@ class CaptureSession:
         if not self.done and self.prof is not None:
             self.tracker.boundary_pending = True
 
-    def safe_point(self) -> None:
+    def safe_point(self, force: bool = False) -> None:
+        """End a step that is due, unless a profiler range is open (see ``capture/ranges.py``).
+
+        ``force``: a training forward begins; a range still open then spans iterations (a range
+        around the whole loop), and waiting for it would never end a step.
+        """
         if self._phase_rfs:
             # inside a phase range (GradScaler.update after the optimizer's step): the step ends
             # at the first torch call after it, so the range is never cut by a step boundary
@@ -198,6 +206,8 @@ class CaptureSession:
                 # a global optimizer post-hook registered after opscope's (an EMA update, fake
                 # mode's state accounting) runs inside ``Optimizer.step#...``'s range
                 return
+            if self.open_ranges and not force:
+                return   # ends when the script's range closes
             self.tracker.boundary_pending = False
             self.step()
 
@@ -343,7 +353,7 @@ class CaptureSession:
                     session._end_update()   # the next micro-batch's forward: the update work is over
                 if session._iteration_boundary(module):
                     session.tracker.boundary_pending = True
-                session.safe_point()
+                session.safe_point(force=session._is_training_forward(module))
                 session._enter_top_level(module)
             session.module_depth += 1
             session._end_setup()
