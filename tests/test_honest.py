@@ -288,3 +288,23 @@ def test_noise_notes_never_fail_a_scan_on_an_unwritable_folder(tmp_path):
     assert noise.profiler_line(b"[rank1]:[W1125 17:18:52.242513517 profiler_kineto.cpp:814] Toggling CPU\n")
     assert not noise.profiler_line(b"Toggling my own feature flag\n")
     noise.save()   # no exception: the notes are best effort
+
+
+def test_crash_in_step_one_blames_the_crash_not_the_step_marker(tmp_path):
+    """A script that raises inside its first iteration: the step marker is not the suspect, and a note
+    about DataLoader workers it never had is not said either."""
+    proc = run_opscope("scan", SCRIPTS / "crash_at_step3.py", "--steps", "3", "--out", tmp_path, "--format", "",
+                       "--", "--fail-at", "1")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    scan = load_scan(tmp_path)
+    assert "RuntimeError: bad batch at step 1" in proc.stderr
+    assert "no training iteration completed before the script stopped" in scan["summary"]["score_unavailable"]
+    said = [proc.stdout, proc.stderr, scan["summary"]["score_unavailable"], *scan["notes"]]
+    assert not any("--step-marker" in text for text in said), said
+    assert not any("DataLoader worker" in note for note in scan["notes"]), scan["notes"]
+
+
+def test_dataloader_worker_note_only_when_the_loader_has_workers(tmp_path):
+    proc = run_opscope("scan", SCRIPTS / "loader_workers.py", "--steps", "3", "--out", tmp_path, "--format", "", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any("DataLoader worker processes are not profiled" in note for note in load_scan(tmp_path)["notes"])

@@ -83,8 +83,10 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     result.notes.extend(unrecorded_notes(steps))
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
-    result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
-                        "training step)")
+    if any((loader or {}).get("workers", 1) for loader in (meta.get("dataloaders") or {}).values()):
+        # (a capture of an older opscope does not say how many workers: the note stays)
+        result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
+                            "training step)")
     dist = settings.distributed
     if dist:
         dirs = dist.get("rank_dirs") or {}
@@ -176,6 +178,11 @@ def nothing_measured_reason(steps, operators, outcome, settings: ScanSettings) -
     if outcome.kind == "timeout":
         return (f"--timeout {settings.timeout or 0:g}s ended the script inside step 1{where} before any "
                 "training iteration completed; raise --timeout or lower the script's per-step work")
+    stopped = outcome.kind in ("exception", "killed", "interrupted", "write-error") or (
+        outcome.kind == "exit" and outcome.code not in (0, None))
+    if not complete and steps and stopped:
+        # the step marker is not the suspect: the script stopped (the error says where and why)
+        return "no training iteration completed before the script stopped: nothing to judge; fix that and scan again"
     if not complete and steps:
         marker = settings.step_marker or "auto"
         return ("no training iteration completed: the script ended before its first optimizer step / "

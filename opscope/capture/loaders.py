@@ -120,6 +120,7 @@ def install_dataloader_tagging(session) -> list:
                     # (a loader built from a batch sampler, as accelerate's are, has batch_size None)
                     "batch_size": getattr(this, "batch_size", None)
                     or getattr(getattr(this, "batch_sampler", None), "batch_size", None), "length": None,
+                    "workers": int(getattr(this, "num_workers", 0) or 0),
                     "dataset_size": samples_per_epoch(this), "batches": 0, "epochs_finished": 0,
                     "iterators": 0, "where": where, "library": library, "built_in": stack,
                     "collate": describe_callable(getattr(this, "collate_fn", None), session.user_code),
