@@ -20,18 +20,13 @@ of the decomposition and is judged on its own.
 """
 from __future__ import annotations
 
-from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel
+from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel, load_optional
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
 from opscope.matrix.torch_schema import load_torch_schema, schema_for
 from opscope.model import ScanSummary, ScanTarget
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
-
-
-def _data(name: str) -> dict:
-    from opscope.knowledge import load_optional
-    return load_optional(name)
 
 
 def resolve_target(target: str | None) -> str:
@@ -61,7 +56,7 @@ def schema_of(release):
 
 def substitute_for(name: str, verdict: str, release) -> dict | None:
     """First substitute option for ``name`` whose torch_npu requirements exist in ``release``."""
-    for option in (_data("substitutes.yaml").get("substitutes") or {}).get(name, []):
+    for option in (load_optional("substitutes.yaml").get("substitutes") or {}).get(name, []):
         if verdict not in option.get("applies_to", BAD):
             continue
         missing = missing_requirements(option.get("requires") or {}, release)
@@ -96,7 +91,7 @@ class _Context:
         self.schema, self.schema_note = schema_of(release)
         self.judge = Judge(matrix, self.schema, release.line, children_of=lambda n: self.children.get(n, []),
                            release=release, schema_note=self.schema_note)
-        self.namespaces = _data("substitutes.yaml").get("namespaces") or {}
+        self.namespaces = load_optional("substitutes.yaml").get("namespaces") or {}
         self._row_memo: dict = {}
         self._row_stack: set = set()
 
@@ -260,7 +255,7 @@ def _as_public_op(op, implemented: tuple[str, str], ctx: _Context) -> tuple[str,
 
 def dtype_warnings(op) -> list[str]:
     """Dtypes seen in the scan for which upstream tests fail on the NPU (op otherwise supported)."""
-    config = _data("dtype_tests.yaml")
+    config = load_optional("dtype_tests.yaml")
     notes = load_matrix().dtype_notes
     base = op.name.rpartition("::")[2]
     names = [base, base.rstrip("_"), f"nn.functional.{base}"] + list((config.get("opinfo_aliases") or {}).get(base, []))

@@ -124,6 +124,14 @@ def _shallow(value):
     return tuple([tuple(v) if type(v) is list else v for v in value])
 
 
+def _fold_key(c: OpCall, flat, children: tuple, origins: tuple) -> tuple:
+    """(shapes, dtypes, scalars, key) of a call, its lists made hashable by ``flat``."""
+    shapes, dtypes, scalars = flat(c.input_shapes), flat(c.dtypes), flat(c.scalars)
+    return shapes, dtypes, scalars, (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source,
+                                     c.origin, c.origin_cause, c.device, c.thread, children, flat(c.output_shapes),
+                                     origins, c.library)
+
+
 def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
     """Fold identical calls of one step into one record with ``count`` and summed times.
 
@@ -139,16 +147,12 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     for c in calls:
         # two levels (a list of dimension lists) cover nearly every call; a deeper list (a TensorList's
         # shapes) is left unhashable by them, and then the whole value is frozen
-        shapes, dtypes, scalars = _shallow(c.input_shapes), tuple(c.dtypes), _shallow(c.scalars)
         children, origins = tuple(c.children), tuple(sorted(c.origins)) if c.origins else ()
-        key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
-               c.origin_cause, c.device, c.thread, children, _shallow(c.output_shapes), origins, c.library)
+        shapes, dtypes, scalars, key = _fold_key(c, _shallow, children, origins)
         try:
             kept = folded.get(key)
         except TypeError:
-            shapes, dtypes, scalars = freeze(c.input_shapes), freeze(c.dtypes), freeze(c.scalars)
-            key = (c.name, c.overload, shapes, dtypes, scalars, c.phase, c.parent, c.source, c.origin,
-                   c.origin_cause, c.device, c.thread, children, freeze(c.output_shapes), origins, c.library)
+            shapes, dtypes, scalars, key = _fold_key(c, freeze, children, origins)
             kept = folded.get(key)
         if kept is not None:
             kept.count += c.count
