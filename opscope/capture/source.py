@@ -528,17 +528,20 @@ def _has_bool_index(index) -> bool:
 
 def _host_value_in(args, kwargs, values: dict) -> str | None:
     """Line of a host-synced int used as a size/slice bound in this call, if any."""
-    def scan(obj, depth=0):
-        if isinstance(obj, bool):
-            return None
-        if isinstance(obj, int):
-            return values.get(obj)
-        if isinstance(obj, slice):
-            return scan(obj.start, depth) or scan(obj.stop, depth)
-        if depth < 2 and isinstance(obj, (tuple, list, torch.Size)):
-            for item in obj:
-                hit = scan(item, depth + 1)
-                if hit:
-                    return hit
+    return _bound_in(args, values, 0) or (_bound_in(tuple(kwargs.values()), values, 0) if kwargs else None)
+
+
+def _bound_in(obj, values: dict, depth: int) -> str | None:
+    """``_host_value_in``'s walk (a module function: no closure built on every torch call)."""
+    if isinstance(obj, bool):
         return None
-    return scan(args) or scan(tuple(kwargs.values()))
+    if isinstance(obj, int):
+        return values.get(obj)
+    if isinstance(obj, slice):
+        return _bound_in(obj.start, values, depth) or _bound_in(obj.stop, values, depth)
+    if depth < 2 and isinstance(obj, (tuple, list, torch.Size)):
+        for item in obj:
+            hit = _bound_in(item, values, depth + 1)
+            if hit:
+                return hit
+    return None
