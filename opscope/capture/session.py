@@ -58,9 +58,9 @@ _OPTIMIZER_WRAPPER = _optimizer_wrapper_code()
 def _inside_optimizer_step(frame) -> bool:
     """Is ``Optimizer.step``'s wrapper on the stack, i.e. its ``record_function`` range still open?
 
-    Its post-hooks run inside that range; a step boundary there stops the profiler under an
-    open range, whose exit then writes into the freed session (a SIGSEGV in the next step).
-    Walked only while a boundary is pending, so once or twice per step.
+    Its post-hooks (and a closure's forward) run inside that range; a step boundary there stops
+    the profiler under an open range, whose exit then writes into the freed session (a SIGSEGV in
+    the next step).  Walked only when a training forward would force a pending step.
     """
     if _OPTIMIZER_WRAPPER is None:
         return False
@@ -202,12 +202,12 @@ class CaptureSession:
             # at the first torch call after it, so the range is never cut by a step boundary
             return
         if self.tracker.boundary_pending:
-            if _inside_optimizer_step(sys._getframe(1)):
-                # a global optimizer post-hook registered after opscope's (an EMA update, fake
-                # mode's state accounting) runs inside ``Optimizer.step#...``'s range
+            # a range opened while recording is still open (the optimizer's ``Optimizer.step#...``,
+            # inside which its post-hooks run; the script's own): the step ends when the last closes.
+            # A training forward forces it through a range around the whole loop, never through the
+            # optimizer's own (a closure's forward, a forward in a post-hook)
+            if self.open_ranges and (not force or _inside_optimizer_step(sys._getframe(1))):
                 return
-            if self.open_ranges and not force:
-                return   # ends when the script's range closes
             self.tracker.boundary_pending = False
             self.step()
 
