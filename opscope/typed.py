@@ -36,92 +36,195 @@ def _hints(cls) -> tuple[dict, frozenset]:
     return typing.get_type_hints(cls), required
 
 
+class _Bad(Exception):
+    """A bad value found while checking; ``path`` collects the JSON path on the way out
+    (innermost first), so the happy path never formats one."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+    def at(self, where: str) -> SchemaError:
+        return SchemaError(where + "".join(reversed(self.path)), self.problem)
+
+
 def build(cls, data, where: str):
     """An instance of the dataclass ``cls`` from ``data``, every field checked against its hint."""
-    if not isinstance(data, dict):
-        raise SchemaError(where, f"expected an object, found {_kind(data)}")
+    try:
+        return _build(cls, data)
+    except _Bad as bad:
+        raise bad.at(where) from None
+
+
+def value_of(value, hint, where: str):
+    """``value`` checked against one type hint (``str | None``, ``list[int]``, a record, ...)."""
+    try:
+        return _checker(hint)(value)
+    except _Bad as bad:
+        raise bad.at(where) from None
+
+
+def plain(value, where: str):
+    """Any JSON value, checked without recursion: nesting at most MAX_DEPTH, integers in range."""
+    try:
+        return _plain(value)
+    except _Bad as bad:
+        raise bad.at(where) from None
+
+
+@cache
+def _fields(cls) -> tuple[dict, frozenset, frozenset]:
+    """(field -> checker, required fields, optional float fields) of a record type."""
     hints, required = _hints(cls)
-    missing = sorted(required - data.keys())
-    if missing:
-        raise SchemaError(where, f"missing field {missing[0]!r}")
+    optional_floats = frozenset(k for k, h in hints.items() if h is float and k not in required)
+    return {k: _checker(h) for k, h in hints.items()}, required, optional_floats
+
+
+def _build(cls, data):
+    if not isinstance(data, dict):
+        raise _Bad(f"expected an object, found {_kind(data)}")
+    checkers, required, optional_floats = _fields(cls)
+    if not required <= data.keys():
+        raise _Bad(f"missing field {sorted(required - data.keys())[0]!r}")
     known, unknown = {}, {}
     for key, value in data.items():
-        if key in hints:
-            if value is None and hints[key] is float and key not in required:
-                continue   # scan.json stores NaN as null (model.json_safe): the field's default stands in
-            known[key] = value_of(value, hints[key], f"{where}.{key}")
-        else:
-            unknown[key] = plain(value, f"{where}.{key}")
+        check = checkers.get(key)
+        try:
+            if check is not None:
+                if value is None and key in optional_floats:
+                    continue   # scan.json stores NaN as null (model.json_safe): the field's default stands in
+                known[key] = check(value)
+            else:
+                unknown[key] = _plain(value)
+        except _Bad as bad:
+            bad.path.append(f".{key}")
+            raise
     record = cls(**known)
     record.keep_unknown(unknown)
     record.keep_read(tuple(data))
     return record
 
 
-# above complexity 15: one branch per kind of type hint the schema accepts
-def value_of(value, hint, where: str):  # noqa: C901
-    """``value`` checked against one type hint (``str | None``, ``list[int]``, a record, ...)."""
+@cache
+def _checker(hint):  # noqa: C901  # one branch per kind of type hint the schema accepts
+    """The check for one type hint, made once per hint: value -> value, or raises ``_Bad``."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        options: typing.Sequence[typing.Any] = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        options = [o for o in options if o is not type(None)]
-        return value_of(value, options[0], where) if len(options) == 1 else plain(value, where)
+        options = [o for o in typing.get_args(hint) if o is not type(None)]
+        nullable = len(options) < len(typing.get_args(hint))
+        inner = _checker(options[0]) if len(options) == 1 else _plain
+
+        def union(value):
+            return None if value is None and nullable else inner(value)
+        return union
     if origin is list:
-        if not isinstance(value, list):
-            raise SchemaError(where, f"expected a list, found {_kind(value)}")
         (item,) = typing.get_args(hint)
-        return [value_of(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return _list_of(_checker(item))
     if origin is dict:
-        if not isinstance(value, dict):
-            raise SchemaError(where, f"expected an object, found {_kind(value)}")
-        _, item = typing.get_args(hint)
-        return {k: value_of(v, item, f"{where}.{k}") for k, v in value.items()}
+        return _dict_of(_checker(typing.get_args(hint)[1]))
     if dataclasses.is_dataclass(hint):
-        return build(hint, value, where)
-    if hint is str:
-        if not isinstance(value, str):
-            raise SchemaError(where, f"expected a string, found {_kind(value)}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise SchemaError(where, f"expected true or false, found {_kind(value)}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SchemaError(where, f"expected an integer, found {_kind(value)}")
-        if abs(value) >= MAX_INT:
-            raise SchemaError(where, f"integer {excerpt(value)} is out of range")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaError(where, f"expected a number, found {_kind(value)}")
-        if not (isinstance(value, float) and math.isfinite(value) or isinstance(value, int)) \
-                or abs(value) > MAX_FLOAT:
-            raise SchemaError(where, f"number {excerpt(value)} is out of range")
-        return value
+        return lambda value: _build(hint, value)
+    if hint in _LEAVES:
+        return _LEAVES[hint]
     if hint in (list, dict):
-        if not isinstance(value, hint):
-            raise SchemaError(where, f"expected {'a list' if hint is list else 'an object'}, found {_kind(value)}")
-        return plain(value, where)
-    return plain(value, where)
+        what = "a list" if hint is list else "an object"
+
+        def container(value):
+            if not isinstance(value, hint):
+                raise _Bad(f"expected {what}, found {_kind(value)}")
+            return _plain(value)
+        return container
+    return _plain
 
 
-def plain(value, where: str):
-    """Any JSON value, checked without recursion: nesting at most MAX_DEPTH, integers in range."""
+def _list_of(item):
+    def check(value):
+        if not isinstance(value, list):
+            raise _Bad(f"expected a list, found {_kind(value)}")
+        try:
+            return [item(v) for v in value]
+        except _Bad as bad:   # only now: which item it was
+            for i, v in enumerate(value):
+                try:
+                    item(v)
+                except _Bad:
+                    bad.path.append(f"[{i}]")
+                    break
+            raise
+    return check
+
+
+def _dict_of(item):
+    def check(value):
+        if not isinstance(value, dict):
+            raise _Bad(f"expected an object, found {_kind(value)}")
+        out = {}
+        for k, v in value.items():
+            try:
+                out[k] = item(v)
+            except _Bad as bad:
+                bad.path.append(f".{k}")
+                raise
+        return out
+    return check
+
+
+def _string(value):
+    if type(value) is not str and not isinstance(value, str):
+        raise _Bad(f"expected a string, found {_kind(value)}")
+    return value
+
+
+def _boolean(value):
+    if not isinstance(value, bool):
+        raise _Bad(f"expected true or false, found {_kind(value)}")
+    return value
+
+
+def _integer(value):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _Bad(f"expected an integer, found {_kind(value)}")
+    if not -MAX_INT < value < MAX_INT:
+        raise _Bad(f"integer {excerpt(value)} is out of range")
+    return value
+
+
+def _number(value):
+    kind = type(value)
+    if kind is float:
+        if not -MAX_FLOAT <= value <= MAX_FLOAT:   # also false for NaN
+            raise _Bad(f"number {excerpt(value)} is out of range")
+        return value
+    if kind is bool or not isinstance(value, (int, float)):
+        raise _Bad(f"expected a number, found {_kind(value)}")
+    if not (isinstance(value, float) and math.isfinite(value) or isinstance(value, int)) or abs(value) > MAX_FLOAT:
+        raise _Bad(f"number {excerpt(value)} is out of range")
+    return value
+
+
+_LEAVES = {str: _string, bool: _boolean, int: _integer, float: _number}
+
+
+def _plain(value):
+    """``plain`` without a path: the caller's path is where the bad value is."""
+    if type(value) in _SCALARS:
+        return value
     todo = [(value, 0)]
     while todo:
         item, depth = todo.pop()
         if depth > MAX_DEPTH:
-            raise SchemaError(where, f"nested deeper than {MAX_DEPTH} levels")
+            raise _Bad(f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(item, dict):
             todo.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             todo.extend((v, depth + 1) for v in item)
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= MAX_INT:
-            raise SchemaError(where, f"integer {excerpt(item)} is out of range")
+            raise _Bad(f"integer {excerpt(item)} is out of range")
     return value
+
+
+_SCALARS = frozenset({str, float, bool, type(None)})
 
 
 def _kind(value) -> str:

@@ -120,6 +120,8 @@ def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_pa
     assert ("nccl-env", line_of(script, "NCCL_DEBUG")) in findings_at(data)
     nccl = next(f for f in data["findings"] if f["rule"] == "nccl-backend")
     assert "hccl" in nccl["replacement"]
+    count = next(f for f in data["findings"] if f["rule"] == "cuda-device-count")
+    assert count["remapped_to"].startswith("returns 2: this run's world size")   # what this run was answered
     ops = {op["name"]: op for op in data["operators"]}
     assert ops["aten::conv2d"]["source"] == f"ddp_spawn_train.py:{line_of(script, 'self.bn(self.conv(x))')}"
     rank1 = load_scan(tmp_path / "rank1")

@@ -85,8 +85,13 @@ except ImportError:  # pragma: no cover - a torch without the enum: told by its 
     _CPU = None
 
 
-def calls_from_kineto(events, step: int, table_entries: list, main_thread: int | None) -> list[OpCall]:
+def calls_from_kineto(events: list, step: int, table_entries: list, main_thread: int | None,
+                      release: bool = False) -> list[OpCall]:
     """Build OpCalls for one step (the kineto adapter of ``opscope.parsers.calls``).
+
+    ``release``: empty ``events`` once read, so that (with the profiler's results already
+    dropped) each event's record is freed as soon as its call is built: the step's events and
+    its calls are then not all in memory at once (capture peak memory, ``bench/scan_memory.py``).
 
     ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids,
     library line).
@@ -106,6 +111,8 @@ def calls_from_kineto(events, step: int, table_entries: list, main_thread: int |
                 records.append(rec)
         else:
             device.append(e)
+    if release:
+        events.clear()   # the records hold what is still needed; each event is dropped once it is built
     builder = CallBuilder(KINETO, table_entries)
     for tid in sorted(threads):
         builder.add_thread(threads[tid], tid)

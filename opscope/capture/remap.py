@@ -71,6 +71,7 @@ class RuntimeFindings:
         self._library_apis: dict[tuple, dict[str, list[str]]] = {}
         self._probes = _torch_self_probes()
         self.precision: dict = {"autocast": [], "grad_scaler": [], "libraries": []}
+        self.answers: dict = {"device_count": 1}   # what the stand-in answers, for the ``became`` texts
 
     def caller(self, depth: int) -> tuple[str, tuple[str, int] | None, str | None]:
         """Who made the call ``depth`` frames up: ("user"|"library"|"torch", user file:line, library).
@@ -111,9 +112,12 @@ class RuntimeFindings:
             found.count += 1
             return
         spec = _rules()[rule]
+        became = spec.get("became")
+        if remapped and became and "{" in became:   # what the stand-in answered in this run
+            became = became.format_map(self.answers)
         self.items[key] = Finding(rule=rule, file=file, line=line, api=api, message=spec["message"],
                                   replacement=spec.get("replacement"), severity=spec.get("severity", "warning"),
-                                  origin="runtime", remapped_to=spec.get("became") if remapped else None,
+                                  origin="runtime", remapped_to=became if remapped else None,
                                   library=self.user_code.library_of(sys._getframe(depth)))
 
     def _record_library(self, rule: str, api: str, where, library: str) -> None:
@@ -242,7 +246,15 @@ class CudaRemapper:
         self.user_code = findings.user_code
         self._undo: list = []
         self.moved = False
-        self.device_count = 1   # what device_count() answers (the world size for distributed runs)
+
+    @property
+    def device_count(self) -> int:
+        """What ``device_count()`` answers: the world size (1 unless a launcher started several processes)."""
+        return self.findings.answers["device_count"]
+
+    @device_count.setter
+    def device_count(self, count: int) -> None:
+        self.findings.answers["device_count"] = count   # the finding's text says what was answered
 
     # -- called by SourceTracker for every torch call --------------------------------
     def on_call(self, func, args, kwargs):

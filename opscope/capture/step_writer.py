@@ -64,11 +64,6 @@ class StepWriter:
 
     def _write(self, job: StepJob) -> str:
         prof = job.prof
-        events = prof.kineto_results.events() if prof.kineto_results is not None else []
-        calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None), self.shared)
-        del events
-        if not job.complete and not calls:
-            return EMPTY
         trace = job.trace
         if trace is not None:
             try:
@@ -78,6 +73,16 @@ class StepWriter:
                 return FAILED
             except Exception:  # a trace is a bonus; the step record is what matters
                 trace = None
+        # the trace is written first: then the profiler's results can go while the calls are
+        # built from their events, and a step's results, events and calls are never all in memory
+        results, prof.kineto_results = prof.kineto_results, None
+        events = results.events() if results is not None else []
+        del results
+        calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True), self.shared)
+        if not job.complete and not calls:
+            if trace is not None:
+                Path(trace).unlink(missing_ok=True)
+            return EMPTY
         record: dict[str, Any] = {
             "step": job.step,
             "duration_us": job.duration_us,

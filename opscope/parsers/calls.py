@@ -75,7 +75,10 @@ class CallBuilder:
     # above complexity 15: one pass over every kind of host event, kept inline for the live path's speed
     def add_thread(self, records: list, thread: int, thread_key: Any = None,  # noqa: C901
                    default_phase: str | None = None) -> None:
-        """Nest one thread's records (sorted here by start, longest first) into OpCalls."""
+        """Nest one thread's records (sorted here by start, longest first) into OpCalls.
+
+        ``records`` is consumed: each is dropped once read, so what it holds (a live profiler
+        event) can be freed while the rest of the step is built."""
         reading = self.reading
         classify, kinds = reading.classify, self._kinds
         details, phase_of, step_of = reading.details, reading.phase_of, reading.step_of
@@ -94,7 +97,8 @@ class CallBuilder:
         # each open range: (end, context its descendants inherit), the context being
         # (operator index or None, table entry, phase, step, backward seq nr, inside a folded kernel)
         stack: list[tuple] = []
-        for rec in records:
+        for i, rec in enumerate(records):
+            records[i] = None   # consumed (see above)
             start, dur, name, seq, corr = rec[0], rec[1], rec[2], rec[3], rec[4]
             end = start + dur
             if eps is None:
