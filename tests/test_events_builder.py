@@ -43,6 +43,19 @@ def test_live_events_and_their_trace_file_give_the_same_calls(tmp_path):
     assert keys(live) == keys(filed)
 
 
+def test_released_events_are_read_once_into_the_same_calls(tmp_path):
+    # the capture hands the builder its only reference to a step's events: emptied once read,
+    # each event is freed as its call is built, and the calls are the same as when kept
+    from opscope.capture.events import calls_from_kineto
+
+    events, _ = _profiled_step(tmp_path)
+    kept = calls_from_kineto(events, 1, [], None)
+    handed = list(events)
+    released = calls_from_kineto(handed, 1, [], None, release=True)
+    assert handed == [] and len(events) > 0
+    assert [c.to_dict() for c in released] == [c.to_dict() for c in kept]
+
+
 def _reading(**kw):
     kinds = {"aten::conv": OPERATOR, "aten::empty": OPERATOR, "mkldnn_conv": PRIVATE, "launch": MARK,
              "opscope.backward": MARK}
