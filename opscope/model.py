@@ -119,8 +119,18 @@ class OpCall(_Record):
     #                        "# of Calls", a scan operator's share of a step); times are summed
     library: str | None = None
 
-    def signature(self) -> tuple:
-        return (self.name, self.overload or "", freeze(self.input_shapes), freeze(self.dtypes))
+    def signature(self, frozen: dict | None = None) -> tuple:
+        """(name, overload, shapes, dtypes), hashable.  ``frozen`` (id of a list -> its frozen
+        copy) lets a caller that holds all the calls freeze each shared list once: a capture's
+        steps share their equal shape and dtype lists (``capture.events.compact_calls``)."""
+        if frozen is None:
+            return (self.name, self.overload or "", freeze(self.input_shapes), freeze(self.dtypes))
+        shapes, dtypes = frozen.get(id(self.input_shapes)), frozen.get(id(self.dtypes))
+        if shapes is None:
+            shapes = frozen[id(self.input_shapes)] = freeze(self.input_shapes)
+        if dtypes is None:
+            dtypes = frozen[id(self.dtypes)] = freeze(self.dtypes)
+        return (self.name, self.overload or "", shapes, dtypes)
 
 
 def where_text(source: str | None, library: str | None, entry_lines=()) -> str:
@@ -145,9 +155,15 @@ def loader_key(where: str, library: str | None) -> str:
 def freeze(value):
     """A hashable copy of a shapes/dtypes/scalars list (nested lists become tuples); unhashable
     content (an object inside) raises TypeError when hashed, absurd nesting RecursionError."""
-    if isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)):
+        return value
+    # the common depth in one step: a list of scalars or of dimension lists
+    flat = tuple([tuple(v) if type(v) is list else v for v in value])
+    try:
+        hash(flat)
+        return flat
+    except TypeError:   # deeper nesting, or an object inside: element by element
         return tuple(freeze(v) for v in value)
-    return value
 
 
 HOST_BATCH = "host-batch"   # OpCall.device of data preparation: host work whose result was moved to the device

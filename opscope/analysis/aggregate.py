@@ -29,10 +29,11 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
     over those steps (0 for a step without it): set-up and first-step work weigh nothing.
     """
     groups: dict[tuple, dict] = {}
+    frozen: dict = {}   # valid while ``calls`` holds every list it names
     for call in calls:
         if call.overload is None:
             call.overload = overload_for(call.name, call.dtypes)
-        key = call.signature()
+        key = call.signature(frozen)
         if call.device == HOST_BATCH:   # a host batch's torch.stack is not the device's torch.stack
             key = (*key, HOST_BATCH)
         g = groups.get(key)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from opscope.capture.outcomes import ChildOutcome, culprit, failed, rank_failure, read_rank_outcome
-from opscope.capture.processes import count_lines, relay_stderr, signal_group
+from opscope.capture.processes import LineCounter, relay_stderr, signal_group
 from opscope.capture.protocol import (
     ENV_MASTER_PORT,
     ENV_WORLD_SIZE,
@@ -276,6 +276,7 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
             relay.start()
             relays.append(relay)
         stopping = False
+        steps = LineCounter(RunFolder(out_dir).steps_log)
         while len(outcomes) < world:
             time.sleep(0.25)
             for rank, proc in procs.items():
@@ -283,7 +284,7 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
                     outcomes[rank] = read_rank_outcome(out_dir, rank, rank in captured, proc.returncode)
                     stopping = stopping or failed(outcomes[rank]) or outcomes[rank].get("kind") == "killed"
             if progress is not None:
-                progress(count_lines(RunFolder(out_dir).steps_log))
+                progress(steps.count())
             if timeout and not timed_out and time.monotonic() - started > timeout:
                 timed_out = True
                 _stop_all(procs, signal.SIGTERM)
@@ -309,7 +310,7 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
     for relay in relays:
         relay.join(timeout=5)
     if progress is not None:
-        progress(count_lines(RunFolder(out_dir).steps_log))
+        progress(LineCounter(RunFolder(out_dir).steps_log).count())
     return _run_outcome(plan, outcomes, {rank: proc.returncode for rank, proc in procs.items()}, timed_out)
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from opscope.capture.outcomes import ChildOutcome
-from opscope.capture.processes import count_lines, relay_stderr, signal_group
+from opscope.capture.processes import ExitWatch, LineCounter, relay_stderr, signal_group
 from opscope.capture.protocol import ScanPlan
 from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
 from opscope.errors import UserError
@@ -62,17 +62,15 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
     over_memory = None
     limit_mb = max_memory_mb if max_memory_mb is not None else default_max_memory_mb()
     next_memory_check = 0.0
-    steps_file = folder.steps_log
+    steps = LineCounter(folder.steps_log)
+    exited = ExitWatch(proc)
     restore = _forward_termination()
     try:
         while True:
-            try:
-                proc.wait(timeout=0.25)
+            if exited.wait(0.25):
                 break
-            except subprocess.TimeoutExpired:
-                pass
             if progress is not None:
-                progress(count_lines(steps_file))
+                progress(steps.count())
             if timeout and time.monotonic() - started > timeout and not timed_out:
                 timed_out = True
                 _stop_child(proc, signal.SIGTERM)   # the child ends the step and writes what it has
@@ -92,6 +90,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
         _stop_child(proc, signal.SIGINT, capture_dir, f"terminated by {signal.Signals(interrupted).name}")
     finally:
         restore()
+        exited.close()
         # the script's own children (DataLoader workers, spawned ranks) go with it
         signal_group(proc, signal.SIGKILL)
         if proc.poll() is None:
@@ -103,7 +102,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
         raise UserError(outcome.message)
     _stopped_by_parent(outcome, plan, timed_out, interrupted, over_memory, limit_mb)
     if progress is not None:
-        progress(count_lines(steps_file))
+        progress(steps.count())
     return outcome
 
 

@@ -117,6 +117,28 @@ def _read_line(path: Path) -> list[Release]:
 
 
 def _release(version: str, torch: str | None, lines: list[str]) -> Release:
+    return _ListedRelease(version, torch, lines)
+
+
+class _ListedRelease(Release):
+    """A wheel's release whose operator tables are parsed when first read: the matrix lists ~50
+    releases and a scan judges against one (parsing them all cost every scan ~30 ms, twice)."""
+
+    def __init__(self, version: str, torch: str | None, lines: list[str]):
+        super().__init__(line=release_line(version), version=version, source=f"torch_npu {version} wheel",
+                         torch=torch)
+        del self.aten, self.custom, self.contrib
+        self._lines = lines
+
+    def __getattr__(self, name: str):
+        if name in ("aten", "custom", "contrib") and "_lines" in self.__dict__:
+            self.aten, self.custom, self.contrib = _tables(self.__dict__.pop("_lines"))
+            return getattr(self, name)
+        raise AttributeError(name)
+
+
+def _tables(lines: list[str]) -> tuple[dict, dict, set]:
+    """(aten, custom, contrib) of a release's ``aten NAME ORIGIN`` / ``custom ...`` / ``contrib NAME`` lines."""
     aten, custom, contrib = {}, {}, set()
     for raw in lines:
         parts = raw.split()
@@ -126,8 +148,7 @@ def _release(version: str, torch: str | None, lines: list[str]) -> Release:
             custom[parts[1]] = parts[2]
         elif parts[0] == "contrib":
             contrib.add(parts[1])
-    return Release(line=release_line(version), version=version, source=f"torch_npu {version} wheel",
-                   aten=aten, custom=custom, contrib=contrib, torch=torch)
+    return aten, custom, contrib
 
 
 def _read_plugin(path: Path):
