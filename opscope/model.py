@@ -27,10 +27,16 @@ def json_safe(value: Any) -> Any:
     A record read from a newer scan.json keeps the fields this version does not know
     (``unknown_fields``) and writes them back, so ``report``/``verify`` never drop them.
     """
+    kind = type(value)
+    if kind in _AS_IS:   # the common leaves first: a scan has ~10^5 of them
+        return value
+    if kind is list or kind is tuple:
+        return [json_safe(v) for v in value]
     if isinstance(value, _Part):
         return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    names = _record_fields(kind)
+    if names is not None:
+        out = {name: json_safe(getattr(value, name)) for name in names}
         for key, extra in getattr(value, "unknown_fields", {}).items():
             out.setdefault(key, json_safe(extra))
         return out
@@ -41,6 +47,20 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float) and value != value:  # NaN is not JSON
         return None
     return value
+
+
+_AS_IS = frozenset({str, int, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _record_fields(kind: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type (None for any other type), looked up once per type."""
+    try:
+        return _FIELDS[kind]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else None
+        _FIELDS[kind] = names
+        return names
 
 
 class _Record:

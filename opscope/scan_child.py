@@ -11,4 +11,10 @@ from opscope.capture import child
 from opscope.pipeline import analyse_capture
 
 if __name__ == "__main__":
-    sys.exit(child.main(sys.argv[1], analyse=analyse_capture))
+    if sys.argv[1] == "--plan-fd":   # started ahead of its plan (capture.runner.EarlyChild)
+        config = child.await_plan(int(sys.argv[2]))
+        if config is None:   # the command ended before the scan began
+            sys.exit(0)
+    else:
+        config = sys.argv[1]
+    sys.exit(child.main(config, analyse=analyse_capture))

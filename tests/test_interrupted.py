@@ -136,8 +136,9 @@ def _alive(pattern: str) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
-            try:
+            try:   # the command line, or the environment: a capture child started early names no file
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+                cmdline += open(f"/proc/{entry}/environ", "rb").read().decode(errors="replace")
             except OSError:
                 continue
             if pattern in cmdline:
@@ -157,7 +158,8 @@ def test_sigkill_of_opscope_then_report_recovers_the_captured_steps(tmp_path):
     out = tmp_path / "run"
     (tmp_path / "notes.txt").write_text("mine")
     proc = subprocess.Popen(_scan_cmd(out, 40, "--format", "", pause=0.2), cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, OPSCOPE_TEST_RUN=str(out)))   # names the run's processes
     steps_log = out / "capture" / "steps.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and _lines(steps_log) < 6:

@@ -89,3 +89,52 @@ def test_the_child_refuses_a_plan_from_another_version(tmp_path):
                           timeout=60)
     assert proc.returncode != 0 and "unknown key(s) 'remap'" in proc.stderr
     assert not (tmp_path / "ran").exists()
+
+
+# -- the child started ahead of its plan (capture.runner.EarlyChild) ---------------------------
+def _tiny_script(tmp_path) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nm = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "for _ in range(4):\n    opt.zero_grad()\n    m(torch.randn(3, 4)).sum().backward()\n"
+                      "    opt.step()\n")
+    return script
+
+
+def test_a_child_started_early_runs_the_plan_it_is_handed(tmp_path):
+    from opscope.capture.runner import EarlyChild, run_script
+
+    _tiny_script(tmp_path)
+    early = EarlyChild.start()
+    assert early is not None
+    outcome = run_script(dataclasses.replace(_plan(tmp_path, device="cpu"), argv=(), steps=2), early=early)
+    assert outcome.steps == 2, outcome
+    assert early.proc.returncode == 0   # the early child itself ran the scan (a discarded one is killed)
+    assert (tmp_path / "out" / "capture" / "steps.jsonl").read_text().count("\n") == 2
+
+
+def test_an_early_child_is_discarded_when_the_plan_needs_another_environment(tmp_path):
+    from opscope.capture.runner import EarlyChild, run_script
+
+    _tiny_script(tmp_path)
+    early = EarlyChild.start()
+    outcome = run_script(dataclasses.replace(_plan(tmp_path, device="cpu"), argv=(), steps=2), early=early,
+                         env={"OPSCOPE_TEST_LAUNCH": "1"})   # what a launcher wrapper adds
+    assert early.proc.returncode == -9   # killed unused; a fresh child with that environment ran the plan
+    assert outcome.steps == 2, outcome
+
+
+def test_a_usage_error_after_the_early_start_leaves_no_process(tmp_path):
+    marker = f"opscope-test-{tmp_path.name}"
+    env = dict(__import__("os").environ, OPSCOPE_TEST_MARKER=marker)
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(_tiny_script(tmp_path)), "--target", "9.9.9",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "unknown torch_npu version '9.9.9'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    left = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+                left.append(entry.name)
+        except OSError:
+            continue
+    assert not left, f"processes of the refused scan still running: {left}"

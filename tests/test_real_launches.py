@@ -163,14 +163,17 @@ def test_timeout_inside_first_step_keeps_what_it_captured(tmp_path):
 
 
 def _alive(pattern: str) -> list[int]:
+    """Processes (not pytest) whose command line or environment names ``pattern``: a capture child
+    started early names no file on its command line, but inherits ``OPSCOPE_TEST_RUN``."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+                environ = open(f"/proc/{entry}/environ", "rb").read().decode(errors="replace")
             except OSError:
                 continue
-            if pattern in cmdline and "pytest" not in cmdline:
+            if "pytest" not in cmdline and (pattern in cmdline or pattern in environ):
                 pids.append(int(entry))
     return pids
 
@@ -206,7 +209,8 @@ def _start_scan(tmp_path, *extra):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "hang_at_step2.py"),
                              "--steps", "5", "--out", str(out), "--quiet", "--format", "", *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OPSCOPE_TEST_RUN=str(out)))   # names the run's processes
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "capture" / "steps.jsonl").exists():
         time.sleep(0.2)
@@ -223,7 +227,7 @@ def test_sigkill_of_opscope_leaves_no_child(tmp_path):
     while time.monotonic() < deadline and _alive(str(SCRIPTS / "hang_at_step2.py")):
         time.sleep(0.5)
     assert not _alive(str(SCRIPTS / "hang_at_step2.py")), "the script outlived a SIGKILLed opscope"
-    assert not _alive(str(out / "capture" / "config.json")), "the capture child outlived opscope"
+    assert not _alive(f"OPSCOPE_TEST_RUN={out}"), "the capture child outlived opscope"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -131,6 +131,15 @@ def _analyse_ranks(analyse, plan: ScanPlan) -> None:
         None, lambda *a, **k: None))
 
 
+def await_plan(fd: int) -> str | None:
+    """Import what every capture imports (torch), then read the plan's path from the parent
+    (``runner.EarlyChild``); None when the parent closed the pipe without one."""
+    import opscope.capture.session  # noqa: F401  # torch and the capture: most of the child's start-up
+    with os.fdopen(fd, "r", encoding="utf-8") as pipe:
+        line = pipe.readline().strip()
+    return line or None
+
+
 def main(config_path: str, analyse=None) -> int:
     plan = ScanPlan.from_json(Path(config_path).read_text(encoding="utf-8"))
     out_dir = Path(plan.out_dir)

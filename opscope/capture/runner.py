@@ -22,8 +22,66 @@ from opscope.errors import UserError
 GRACE_SECONDS = 10.0
 
 
+class EarlyChild:
+    """A capture child started before its plan exists.
+
+    It imports torch (most of a child's start-up: ~1 s) while the parent checks the command
+    line, resolves the target, takes the run folder and writes the plan; ``run_script`` then
+    hands it the plan's path over a pipe.  The parent's own start-up (~0.2 s a scan) then
+    costs no wall time on a machine with a core to spare.  A child whose plan turns out to need
+    another environment (a launcher's, a distributed one) is discarded, as is one the command
+    never hands a plan to (a usage error, Ctrl-C); if the parent dies, the pipe closes and the
+    child ends without touching the run folder.
+    """
+
+    def __init__(self, env: dict):
+        self.env = env
+        read, self._handshake = os.pipe()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", "--plan-fd", str(read)],
+                                         cwd=os.getcwd(), env=env, start_new_session=True, stderr=subprocess.PIPE,
+                                         pass_fds=(read,))
+        except BaseException:
+            os.close(self._handshake)
+            raise
+        finally:
+            os.close(read)
+
+    @classmethod
+    def start(cls, env: dict | None = None) -> EarlyChild | None:
+        """Start one with the environment ``run_script`` would give it; None where it cannot start."""
+        try:
+            return cls(child_environment(env))
+        except OSError:   # no process or pipe to spare: the child starts with its plan, as before
+            return None
+
+    def hand_over(self, config_path: Path) -> subprocess.Popen:
+        os.write(self._handshake, f"{config_path}\n".encode())
+        os.close(self._handshake)
+        self._handshake = -1
+        return self.proc
+
+    def discard(self) -> None:
+        """End it (it has written nothing) and reap it."""
+        if self._handshake >= 0:
+            os.close(self._handshake)
+            self._handshake = -1
+            signal_group(self.proc, signal.SIGKILL)
+            self.proc.wait()
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+
+
+def child_environment(env: dict | None) -> dict:
+    """The capture child's environment: ours, the launch's ``env`` on top, unbuffered output."""
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    return child_env
+
+
 def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
-               max_memory_mb: float | None = None) -> ChildOutcome:
+               max_memory_mb: float | None = None, early: EarlyChild | None = None) -> ChildOutcome:
     """Run ``plan.script`` for ``plan.steps`` steps in a child process, capturing into ``plan.out_dir``.
 
     ``plan.device`` may be ``auto`` (resolved in the child, which imports torch anyway).
@@ -31,6 +89,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
     ``progress(steps_done)`` is called while waiting.  Never raises for problems of the
     script itself: those come back in the outcome; a bad ``device`` raises UserError.
     ``plan.distributed`` is the launch plan of ``distributed.resolve`` (None: one process).
+    ``early``: a child already started (``EarlyChild``), used when this plan can run in it.
     """
     plan = plan.started()
     out_dir = Path(plan.out_dir)
@@ -40,9 +99,10 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
     folder.clear_capture()
     config_path = folder.write_config(plan.to_dict())
     folder.reserve_space()   # released when the script ends: room for the outcome and scan.json
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env = child_environment(env)
+    if early is not None and (plan.distributed is not None or early.env != child_env):
+        early.discard()
+        early = None
     if plan.distributed is not None:
         from opscope.capture import distributed as dist_launch
         child_env.update(dist_launch.launch_env(plan.distributed, dist_launch.free_port()))
@@ -51,9 +111,11 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
                 return dist_launch.run_ranks(plan, child_env, progress)
             finally:
                 folder.release_reserve()
-    cmd = [sys.executable, "-m", "opscope.scan_child", str(config_path)]
-    proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env, start_new_session=True,
-                            stderr=subprocess.PIPE)
+    if early is not None:
+        proc = early.hand_over(config_path)
+    else:
+        proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(config_path)], cwd=os.getcwd(),
+                                env=child_env, start_new_session=True, stderr=subprocess.PIPE)
     relay = threading.Thread(target=relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
     relay.start()
     started = time.monotonic()

@@ -97,8 +97,7 @@ def _check_compiles(script: Path) -> None:
         raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
 
 
-# above complexity 15: CLI command: option checks (each a one-line exit-2 error), then the scan
-def run(args: argparse.Namespace) -> int:  # noqa: C901
+def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     console = Console(stderr=True)
     if args.script is None:
@@ -129,6 +128,19 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
     _check_out(out)
+    early = None
+    if args.launcher in ("auto", "none") and (wrapped is None or wrapped.world_size <= 1):
+        from opscope.capture.runner import EarlyChild  # imports torch while the checks below run
+        early = EarlyChild.start(wrapped.env if wrapped is not None else None)
+    try:
+        return _checked_scan(args, console, script, out, formats, wrapped, early)
+    finally:
+        if early is not None:
+            early.discard()   # not handed a plan (a usage error, Ctrl-C); a no-op once it was
+
+
+def _checked_scan(args, console, script: Path, out: Path, formats: list[str], wrapped, early) -> int:
+    """The checks that need the matrix, the launcher and the run folder, then the scan."""
     from opscope.analysis.verdicts import resolve_target
     target = resolve_target(args.target)  # the one resolution; fails fast on an unknown torch_npu version
     from opscope.analysis.npu_cost import resolve_chip
@@ -178,13 +190,14 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
                              analyse=True, settings=settings.to_dict(), target=target, timeout=args.timeout,
                              keep_compile=args.keep_compile, max_step_calls=args.max_step_calls,
                              max_capture_mb=args.max_capture_mb, mode=mode, distributed=plan)
-        return _scan(args, console, scan_plan, formats, env=wrapped.env if wrapped is not None else None)
+        return _scan(args, console, scan_plan, formats, env=wrapped.env if wrapped is not None else None,
+                     early=early)
     finally:
         held.release()
 
 
 # above complexity 15: CLI command: one branch per scan mode and outcome
-def _scan(args, console, plan, formats: list[str], env: dict | None = None) -> int:  # noqa: C901
+def _scan(args, console, plan, formats: list[str], env: dict | None = None, early=None) -> int:  # noqa: C901
     """Run ``plan`` (a ``capture.protocol.ScanPlan``), then write its reports; the exit status."""
     from opscope.capture.run_folder import space_warning
     from opscope.capture.runner import run_script
@@ -211,7 +224,7 @@ def _scan(args, console, plan, formats: list[str], env: dict | None = None) -> i
                 status.update(f"running {script.name} under the profiler: step {done}/{args.steps}")
 
     try:
-        outcome = run_script(plan, progress=progress, max_memory_mb=args.max_memory, env=env)
+        outcome = run_script(plan, progress=progress, max_memory_mb=args.max_memory, env=env, early=early)
     finally:
         status.stop()
     result = None
