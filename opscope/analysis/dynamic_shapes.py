@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from opscope.model import DynamicShape, OpCall, RootCause, loader_key
+from opscope.model import DynamicShape, OpCall, RootCause, freeze, loader_key
 
 # origin kinds -> the cause class of scan.json (input-varies, data-dependent-output, host-sync)
 CAUSE_OF_KIND = {"data-dependent-output": "data-dependent-output", "host-sync": "host-sync"}
@@ -38,7 +38,7 @@ def _knowledge() -> dict:
 
 
 def _shape_key(shapes) -> tuple:
-    return tuple(_shape_key(s) if isinstance(s, (list, tuple)) else s for s in shapes)
+    return freeze(shapes)
 
 
 def varying_dims(shape_sets: list) -> list[dict]:
@@ -148,11 +148,14 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
     per_site: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
     site_counts: dict[tuple, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     site_calls: dict[tuple, list] = defaultdict(list)
+    frozen: dict[int, tuple] = {}   # id of a shapes list -> its key: steps share equal lists (compact_calls)
     for c in calls:
         if c.step < baseline_step:
             continue
         site = (c.name, c.source, c.parent, c.phase)
-        key = _shape_key(c.input_shapes)
+        key = frozen.get(id(c.input_shapes))
+        if key is None:
+            key = frozen[id(c.input_shapes)] = _shape_key(c.input_shapes)
         per_site[site][c.step].add(key)
         site_counts[site][c.step][key] += int(c.count or 1)
         site_calls[site].append(c)
