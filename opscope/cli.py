@@ -57,8 +57,27 @@ def _logging(verbose: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    early = _early_capture_child(argv)
+    try:
+        return _run(argv, early)
+    finally:
+        if early is not None:
+            early.discard()   # the scan never began (bad options, --help, Ctrl-C); a no-op once it did
+
+
+def _early_capture_child(argv: list[str]):
+    """``opscope scan``: start the capture child before anything else (``capture.processes.EarlyChild``),
+    so that it imports torch while this process imports its own modules and reads the options."""
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    if not head or head[0] != "scan" or any(a in ("-h", "--help", "--static-only") for a in head):
+        return None
+    from opscope.capture.processes import EarlyChild
+    return EarlyChild.start()
+
+
+def _run(argv: list[str], early) -> int:
+    parser = build_parser()
     rest: list[str] = []
     if "--" in argv:  # everything after `--` belongs to the user's script, untouched
         cut = argv.index("--")
@@ -71,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opscope: error: {exc}", file=sys.stderr)
         return exc.exit_code
     _logging(getattr(args, "verbose", 0))
+    args.early_child = early
     if rest:
         if not hasattr(args, "script_args"):
             parser.error(f"`{args.command}` takes no script arguments after `--`")

@@ -101,7 +101,8 @@ def _tiny_script(tmp_path) -> Path:
 
 
 def test_a_child_started_early_runs_the_plan_it_is_handed(tmp_path):
-    from opscope.capture.runner import EarlyChild, run_script
+    from opscope.capture.processes import EarlyChild
+    from opscope.capture.runner import run_script
 
     _tiny_script(tmp_path)
     early = EarlyChild.start()
@@ -113,7 +114,8 @@ def test_a_child_started_early_runs_the_plan_it_is_handed(tmp_path):
 
 
 def test_an_early_child_is_discarded_when_the_plan_needs_another_environment(tmp_path):
-    from opscope.capture.runner import EarlyChild, run_script
+    from opscope.capture.processes import EarlyChild
+    from opscope.capture.runner import run_script
 
     _tiny_script(tmp_path)
     early = EarlyChild.start()
@@ -138,3 +140,15 @@ def test_a_usage_error_after_the_early_start_leaves_no_process(tmp_path):
         except OSError:
             continue
     assert not left, f"processes of the refused scan still running: {left}"
+
+
+def test_an_early_child_that_died_starting_is_reported_not_raised(tmp_path):
+    from opscope.capture.processes import EarlyChild
+    from opscope.capture.runner import run_script
+
+    _tiny_script(tmp_path)
+    early = EarlyChild.start()
+    early.proc.kill()   # as if torch failed to import: it is gone before it gets its plan
+    early.proc.wait()
+    outcome = run_script(dataclasses.replace(_plan(tmp_path, device="cpu"), argv=(), steps=2), early=early)
+    assert outcome.kind != "finished" and outcome.steps == 0, outcome

@@ -14,70 +14,12 @@ import time
 from pathlib import Path
 
 from opscope.capture.outcomes import ChildOutcome
-from opscope.capture.processes import ExitWatch, LineCounter, relay_stderr, signal_group
+from opscope.capture.processes import EarlyChild, ExitWatch, LineCounter, child_environment, relay_stderr, signal_group
 from opscope.capture.protocol import ScanPlan
 from opscope.capture.run_folder import CAPTURE, OUTCOME, STOP_REASON, RunFolder, write_error_of_status
 from opscope.errors import UserError
 
 GRACE_SECONDS = 10.0
-
-
-class EarlyChild:
-    """A capture child started before its plan exists.
-
-    It imports torch (most of a child's start-up: ~1 s) while the parent checks the command
-    line, resolves the target, takes the run folder and writes the plan; ``run_script`` then
-    hands it the plan's path over a pipe.  The parent's own start-up (~0.2 s a scan) then
-    costs no wall time on a machine with a core to spare.  A child whose plan turns out to need
-    another environment (a launcher's, a distributed one) is discarded, as is one the command
-    never hands a plan to (a usage error, Ctrl-C); if the parent dies, the pipe closes and the
-    child ends without touching the run folder.
-    """
-
-    def __init__(self, env: dict):
-        self.env = env
-        read, self._handshake = os.pipe()
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", "--plan-fd", str(read)],
-                                         cwd=os.getcwd(), env=env, start_new_session=True, stderr=subprocess.PIPE,
-                                         pass_fds=(read,))
-        except BaseException:
-            os.close(self._handshake)
-            raise
-        finally:
-            os.close(read)
-
-    @classmethod
-    def start(cls, env: dict | None = None) -> EarlyChild | None:
-        """Start one with the environment ``run_script`` would give it; None where it cannot start."""
-        try:
-            return cls(child_environment(env))
-        except OSError:   # no process or pipe to spare: the child starts with its plan, as before
-            return None
-
-    def hand_over(self, config_path: Path) -> subprocess.Popen:
-        os.write(self._handshake, f"{config_path}\n".encode())
-        os.close(self._handshake)
-        self._handshake = -1
-        return self.proc
-
-    def discard(self) -> None:
-        """End it (it has written nothing) and reap it."""
-        if self._handshake >= 0:
-            os.close(self._handshake)
-            self._handshake = -1
-            signal_group(self.proc, signal.SIGKILL)
-            self.proc.wait()
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
-
-
-def child_environment(env: dict | None) -> dict:
-    """The capture child's environment: ours, the launch's ``env`` on top, unbuffered output."""
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
-    return child_env
 
 
 def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,

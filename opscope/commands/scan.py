@@ -128,15 +128,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
     _check_out(out)
-    early = None
-    if args.launcher in ("auto", "none") and (wrapped is None or wrapped.world_size <= 1):
-        from opscope.capture.runner import EarlyChild  # imports torch while the checks below run
-        early = EarlyChild.start(wrapped.env if wrapped is not None else None)
-    try:
-        return _checked_scan(args, console, script, out, formats, wrapped, early)
-    finally:
-        if early is not None:
-            early.discard()   # not handed a plan (a usage error, Ctrl-C); a no-op once it was
+    early = getattr(args, "early_child", None)   # started by opscope.cli: importing torch meanwhile
+    if early is not None and (args.launcher not in ("auto", "none") or (wrapped is not None and (
+            wrapped.world_size > 1 or wrapped.env))):
+        early.discard()   # a launcher's environment or several ranks: the capture starts its own children
+        early = None
+    return _checked_scan(args, console, script, out, formats, wrapped, early)   # opscope.cli discards it unused
 
 
 def _checked_scan(args, console, script: Path, out: Path, formats: list[str], wrapped, early) -> int:
