@@ -152,3 +152,36 @@ def test_an_early_child_that_died_starting_is_reported_not_raised(tmp_path):
     early.proc.wait()
     outcome = run_script(dataclasses.replace(_plan(tmp_path, device="cpu"), argv=(), steps=2), early=early)
     assert outcome.kind != "finished" and outcome.steps == 0, outcome
+
+
+def test_an_early_child_gets_a_run_folder_whatever_bytes_its_name_holds(tmp_path):
+    from opscope.capture.processes import EarlyChild
+    from opscope.capture.runner import run_script
+
+    _tiny_script(tmp_path)
+    out = tmp_path / "ü run \udcff"   # not valid UTF-8: the path crosses the pipe as the file system's bytes
+    early = EarlyChild.start()
+    outcome = run_script(dataclasses.replace(_plan(tmp_path, device="cpu"), argv=(), steps=2, out_dir=str(out)),
+                         early=early)
+    assert outcome.steps == 2 and early.proc.returncode == 0, outcome
+    assert (out / "capture" / "steps.jsonl").is_file()
+
+
+def test_the_step_counter_reads_only_what_was_added_and_notices_a_new_file(tmp_path):
+    from opscope.capture.processes import LineCounter
+
+    log = tmp_path / "steps.jsonl"
+    counter = LineCounter(log)
+    assert counter.count() == 0   # not there yet
+    log.write_text('{"step": 1}\n{"step": 2')   # the second line is still being written
+    assert counter.count() == 1
+    with open(log, "a") as fh:
+        fh.write('}\n{"step": 3}\n')
+    assert counter.count() == 3
+    replaced = tmp_path / "new.jsonl"
+    replaced.write_text('{"step": 1}\n' * 2 + "x" * 100 + "\n")   # longer than what was read, another file
+    replaced.replace(log)
+    assert counter.count() == 3 and LineCounter(log).count() == 3
+    replaced.write_text('{"step": 1}\n')
+    replaced.replace(log)
+    assert counter.count() == 1

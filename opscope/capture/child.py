@@ -135,9 +135,9 @@ def await_plan(fd: int) -> str | None:
     """Import what every capture imports (torch), then read the plan's path from the parent
     (``runner.EarlyChild``); None when the parent closed the pipe without one."""
     import opscope.capture.session  # noqa: F401  # torch and the capture: most of the child's start-up
-    with os.fdopen(fd, "r", encoding="utf-8") as pipe:
-        line = pipe.readline().strip()
-    return line or None
+    with os.fdopen(fd, "rb") as pipe:
+        path = pipe.read()   # until the parent closes it: the path's bytes, whatever the name holds
+    return os.fsdecode(path) if path else None
 
 
 def main(config_path: str, analyse=None) -> int:

@@ -65,8 +65,8 @@ class EarlyChild:
             return None
 
     def hand_over(self, config_path) -> subprocess.Popen:
-        try:
-            os.write(self._handshake, f"{config_path}\n".encode())
+        try:   # the path's bytes as the file system has them (any name), ended by closing the pipe
+            os.write(self._handshake, os.fsencode(str(config_path)))
         except BrokenPipeError:   # it died starting (torch failed to import): its stderr and status say why
             pass
         os.close(self._handshake)
@@ -108,12 +108,15 @@ class LineCounter:
 
     def __init__(self, path: Path):
         self.path, self.offset, self.lines = path, 0, 0
+        self.identity: tuple = ()
 
     def count(self) -> int:
         try:
             with open(self.path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size < self.offset:   # written anew: count from the start
-                    self.offset, self.lines = 0, 0
+                stat = os.fstat(fh.fileno())
+                if (stat.st_dev, stat.st_ino) != self.identity or stat.st_size < self.offset:
+                    self.offset, self.lines = 0, 0   # another file by that name (or written anew): from the start
+                    self.identity = (stat.st_dev, stat.st_ino)
                 fh.seek(self.offset)
                 added = fh.read()
         except OSError:
@@ -147,8 +150,9 @@ class ExitWatch:
                 return True
             except subprocess.TimeoutExpired:
                 return False
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
+        poller = select.poll()   # not select.select: no limit on the descriptor's number
+        poller.register(self.fd, select.POLLIN)
+        if not poller.poll(timeout * 1000):
             return False
         self.proc.wait()
         return True

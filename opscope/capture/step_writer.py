@@ -65,12 +65,12 @@ class StepWriter:
     def _write(self, job: StepJob) -> str:
         prof = job.prof
         trace = job.trace
+        full: OSError | None = None
         if trace is not None:
             try:
                 write_in_place(trace, lambda path: prof.export_chrome_trace(str(path)), _whole_trace)
-            except OSError as exc:   # the disk is full: this step is not kept, and capture stops
-                self._failed(exc, trace)
-                return FAILED
+            except OSError as exc:   # the disk is full: unless the step is empty, it is not kept and capture stops
+                full, trace = exc, None
             except Exception:  # a trace is a bonus; the step record is what matters
                 trace = None
         # the trace is written first: then the profiler's results can go while the calls are
@@ -79,10 +79,13 @@ class StepWriter:
         events = results.events() if results is not None else []
         del results
         calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True), self.shared)
-        if not job.complete and not calls:
+        if not job.complete and not calls:   # a partial step that recorded nothing: no trace, no record
             if trace is not None:
                 Path(trace).unlink(missing_ok=True)
             return EMPTY
+        if full is not None:
+            self._failed(full, job.trace)
+            return FAILED
         record: dict[str, Any] = {
             "step": job.step,
             "duration_us": job.duration_us,

@@ -105,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
                         "`--`: opscope scan -- accelerate launch train.py ARGS")
     script = Path(args.script)
     formats = list(args.format)
-    if args.static_only:
+    if args.static_only:   # (set in a project's config): no capture child
+        if getattr(args, "early_child", None) is not None:
+            args.early_child.discard()
         return _static_only(script, Path(args.out), formats, args.quiet)
     from opscope.capture.wrappers import unwrap
     wrapped = unwrap(args.script, list(args.script_args))   # `-- accelerate launch ... train.py ARGS`

@@ -122,7 +122,8 @@ def _release(version: str, torch: str | None, lines: list[str]) -> Release:
 
 class _ListedRelease(Release):
     """A wheel's release whose operator tables are parsed when first read: the matrix lists ~50
-    releases and a scan judges against one (parsing them all cost every scan ~30 ms, twice)."""
+    releases and a scan judges against one (parsing them all cost every scan ~30 ms, twice).
+    Built only by ``_release``; not for ``dataclasses.replace``."""
 
     def __init__(self, version: str, torch: str | None, lines: list[str]):
         super().__init__(line=release_line(version), version=version, source=f"torch_npu {version} wheel",
@@ -132,7 +133,8 @@ class _ListedRelease(Release):
 
     def __getattr__(self, name: str):
         if name in ("aten", "custom", "contrib") and "_lines" in self.__dict__:
-            self.aten, self.custom, self.contrib = _tables(self.__dict__.pop("_lines"))
+            self.aten, self.custom, self.contrib = _tables(self.__dict__["_lines"])
+            del self.__dict__["_lines"]   # only once parsed: a bad line fails every read alike
             return getattr(self, name)
         raise AttributeError(name)
 

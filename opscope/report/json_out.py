@@ -25,7 +25,7 @@ def scan_json_text(data: dict) -> str:
             text = f"[\n  {items}\n ]"
         else:
             text = json.dumps(value, ensure_ascii=False)
-        fields.append(f" {json.dumps(key, ensure_ascii=False)}: {text}")
+        fields.append(f" {json.dumps(str(key), ensure_ascii=False)}: {text}")
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
