@@ -59,4 +59,12 @@ def resolve_overload(name: str, kinds: tuple[str, ...]) -> str | None:
 
 
 def overload_for(name: str, dtypes: list) -> str | None:
+    try:
+        return _overload_for(name, tuple(dtypes))   # once per (name, dtypes): every call of a scan asks
+    except TypeError:   # a dtype entry that is not a string (an unhashable value from a hostile file)
+        return resolve_overload(name, tuple(arg_kind(d) for d in dtypes))
+
+
+@lru_cache(maxsize=8192)
+def _overload_for(name: str, dtypes: tuple) -> str | None:
     return resolve_overload(name, tuple(arg_kind(d) for d in dtypes))
