@@ -140,17 +140,11 @@ class OpCall(_Record):
     library: str | None = None
 
     def signature(self, frozen: dict | None = None) -> tuple:
-        """(name, overload, shapes, dtypes), hashable.  ``frozen`` (id of a list -> its frozen
-        copy) lets a caller that holds all the calls freeze each shared list once: a capture's
-        steps share their equal shape and dtype lists (``capture.events.compact_calls``)."""
+        """(name, overload, shapes, dtypes), hashable; ``frozen``: see ``freeze_shared``."""
         if frozen is None:
             return (self.name, self.overload or "", freeze(self.input_shapes), freeze(self.dtypes))
-        shapes, dtypes = frozen.get(id(self.input_shapes)), frozen.get(id(self.dtypes))
-        if shapes is None:
-            shapes = frozen[id(self.input_shapes)] = freeze(self.input_shapes)
-        if dtypes is None:
-            dtypes = frozen[id(self.dtypes)] = freeze(self.dtypes)
-        return (self.name, self.overload or "", shapes, dtypes)
+        return (self.name, self.overload or "", freeze_shared(self.input_shapes, frozen),
+                freeze_shared(self.dtypes, frozen))
 
 
 def where_text(source: str | None, library: str | None, entry_lines=()) -> str:
@@ -184,6 +178,16 @@ def freeze(value):
         return flat
     except TypeError:   # deeper nesting, or an object inside: element by element
         return tuple(freeze(v) for v in value)
+
+
+def freeze_shared(value, frozen: dict):
+    """``freeze`` once per list object: ``frozen`` maps id -> frozen copy, valid while the caller
+    holds every list it names (all the calls).  A capture's steps share their equal shape and
+    dtype lists (``capture.events.compact_calls``), so a scan's ~10^4 calls freeze ~10^3 lists."""
+    out = frozen.get(id(value))
+    if out is None:
+        out = frozen[id(value)] = freeze(value)
+    return out
 
 
 HOST_BATCH = "host-batch"   # OpCall.device of data preparation: host work whose result was moved to the device

@@ -29,7 +29,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
     over those steps (0 for a step without it): set-up and first-step work weigh nothing.
     """
     groups: dict[tuple, dict] = {}
-    frozen: dict = {}   # valid while ``calls`` holds every list it names
+    frozen: dict = {}   # freeze_shared's: ``calls`` holds every list it names
     for call in calls:
         if call.overload is None:
             call.overload = overload_for(call.name, call.dtypes)

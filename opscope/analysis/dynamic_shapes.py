@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from opscope.model import DynamicShape, OpCall, RootCause, freeze, loader_key
+from opscope.model import DynamicShape, OpCall, RootCause, freeze, freeze_shared, loader_key
 
 # origin kinds -> the cause class of scan.json (input-varies, data-dependent-output, host-sync)
 CAUSE_OF_KIND = {"data-dependent-output": "data-dependent-output", "host-sync": "host-sync"}
@@ -35,10 +35,6 @@ _FOLDABLE = ("factory", "sized", "slice")
 def _knowledge() -> dict:
     from opscope.knowledge import load
     return load("dynamic_shapes.yaml")
-
-
-def _shape_key(shapes) -> tuple:
-    return freeze(shapes)
 
 
 def varying_dims(shape_sets: list) -> list[dict]:
@@ -121,7 +117,7 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
         if int(step) < baseline_step:
             continue
         for oid, produced in (data.get("origin_shapes") or {}).items():
-            shapes[int(oid)][int(step)] = {_shape_key(s) for s in produced}
+            shapes[int(oid)][int(step)] = {freeze(s) for s in produced}
     return table, dict(shapes)
 
 
@@ -148,14 +144,12 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
     per_site: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
     site_counts: dict[tuple, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     site_calls: dict[tuple, list] = defaultdict(list)
-    frozen: dict[int, tuple] = {}   # id of a shapes list -> its key: steps share equal lists (compact_calls)
+    frozen: dict[int, tuple] = {}   # freeze_shared's: ``calls`` holds every list it names
     for c in calls:
         if c.step < baseline_step:
             continue
         site = (c.name, c.source, c.parent, c.phase)
-        key = frozen.get(id(c.input_shapes))
-        if key is None:
-            key = frozen[id(c.input_shapes)] = _shape_key(c.input_shapes)
+        key = freeze_shared(c.input_shapes, frozen)
         per_site[site][c.step].add(key)
         site_counts[site][c.step][key] += int(c.count or 1)
         site_calls[site].append(c)
@@ -230,7 +224,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
             outputs = [list(s) for shapes in produced[oid].values() for s in shapes]
             dynamic.append(DynamicShape(
                 op=op, source=meta["where"], cause="data-dependent-output", varying_dims=varying_dims(outputs),
-                shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(_shape_key, outputs)))},
+                shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(freeze, outputs)))},
                 root_cause=meta["where"], suggestion=know["suggestions"]["data-dependent-output"]))
             known.add((op, meta["where"]))
     if setup_sites and notes is not None:

@@ -261,6 +261,7 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
     started = time.monotonic()
     timed_out = False
     outcomes: dict[int, dict] = {}
+    steps = LineCounter(RunFolder(out_dir).steps_log)
     previous = _on_sigterm()
     try:
         for rank in range(world):
@@ -276,7 +277,6 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
             relay.start()
             relays.append(relay)
         stopping = False
-        steps = LineCounter(RunFolder(out_dir).steps_log)
         while len(outcomes) < world:
             time.sleep(0.25)
             for rank, proc in procs.items():
@@ -310,7 +310,7 @@ def run_ranks(plan: ScanPlan, child_env: dict, progress=None) -> ChildOutcome:
     for relay in relays:
         relay.join(timeout=5)
     if progress is not None:
-        progress(LineCounter(RunFolder(out_dir).steps_log).count())
+        progress(steps.count())
     return _run_outcome(plan, outcomes, {rank: proc.returncode for rank, proc in procs.items()}, timed_out)
 
 

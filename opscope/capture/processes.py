@@ -37,10 +37,10 @@ class EarlyChild:
     imports torch (most of a child's start-up: ~1 s) while the parent imports its own modules,
     checks the options, resolves the target, takes the run folder and writes the plan;
     ``runner.run_script`` then hands it the plan's path over a pipe.  The parent's own start-up
-    (~0.2 s a scan) then costs no wall time on a machine with a core to spare.  A child whose plan turns out to need
-    another environment (a launcher's, a distributed one) is discarded, as is one the command
-    never hands a plan to (a usage error, Ctrl-C); if the parent dies, the pipe closes and the
-    child ends without touching the run folder.
+    (~0.2 s a scan) then costs no wall time on a machine with a core to spare.  A child whose
+    plan turns out to need another environment (a launcher's, a distributed one) is discarded,
+    as is one the command never hands a plan to (a usage error, Ctrl-C); if the parent dies, the
+    pipe closes and the child ends without touching the run folder.
     """
 
     def __init__(self, env: dict):
@@ -57,10 +57,10 @@ class EarlyChild:
             os.close(read)
 
     @classmethod
-    def start(cls, env: dict | None = None) -> EarlyChild | None:
-        """Start one with the environment ``run_script`` would give it; None where it cannot start."""
+    def start(cls) -> EarlyChild | None:
+        """Start one with the environment ``run_script`` gives a plain launch; None where it cannot start."""
         try:
-            return cls(child_environment(env))
+            return cls(child_environment(None))
         except (OSError, ValueError):   # no process or pipe to spare, no pass_fds: started with its plan
             return None
 

@@ -130,12 +130,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--timeout must be a positive number of seconds")
     out = Path(args.out)
     _check_out(out)
-    early = getattr(args, "early_child", None)   # started by opscope.cli: importing torch meanwhile
-    if early is not None and (args.launcher not in ("auto", "none") or (wrapped is not None and (
-            wrapped.world_size > 1 or wrapped.env))):
-        early.discard()   # a launcher's environment or several ranks: the capture starts its own children
-        early = None
-    return _checked_scan(args, console, script, out, formats, wrapped, early)   # opscope.cli discards it unused
+    # the capture child opscope.cli started (importing torch meanwhile): run_script uses it when the
+    # plan can run in it, opscope.cli discards it otherwise
+    return _checked_scan(args, console, script, out, formats, wrapped, getattr(args, "early_child", None))
 
 
 def _checked_scan(args, console, script: Path, out: Path, formats: list[str], wrapped, early) -> int:
