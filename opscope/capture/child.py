@@ -163,6 +163,11 @@ def main(config_path: str, analyse=None) -> int:
     try:
         from opscope.capture.devices import resolve_device  # imports torch
         plan = plan.with_device(resolve_device(plan.device))
+        if plan.device == "cpu":   # the CPU stand-in for CUDA will answer the script
+            import torch
+
+            from opscope.torch_support import check_stand_in_build
+            check_stand_in_build(torch.__version__, getattr(torch.version, "hip", None))
     except Exception as exc:  # a UserError: the parent prints it as one line
         write_outcome("usage", 2, str(exc))
         return 2

@@ -14,14 +14,42 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
+import types
 from types import FrameType
 
 import torch
 
 from opscope.capture.devices import is_cuda
 from opscope.model import Finding
+
+# Whether a CUDA device exists is answered to torch itself (and opscope) as the machine is: only the
+# script and the libraries it uses are told "yes".  torch code told "CUDA is available" takes CUDA paths
+# for the CPU tensors it is handed (the optimizers' graph-capture check, DataParallel's replicas) and, on
+# a CUDA build of torch without a GPU, reaches the CUDA driver.  Every other torch.cuda API (RNG state,
+# memory, streams) answers as the stand-in to every caller: the real ones would start the runtime.
+_MACHINE_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def _asked_by_torch(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (the caller of a stand-in API) is torch's own code or opscope's."""
+    return frame is not None and frame.f_code.co_filename.startswith(_MACHINE_DIRS)
+
+
+# ... as a machine without a GPU, even when the scan runs on the CPU of one (``--device cpu``): every tensor is
+# on the CPU, so torch must take its CPU paths.
+_TORCH_SEES = {"is_available": False, "is_initialized": False, "device_count": 0}
+
+
+class CudaRuntimeNeeded(RuntimeError, AssertionError):
+    """A call that needs the CUDA runtime itself, which the CPU stand-in cannot answer (CUDA graphs, ...).
+
+    Without a GPU the real call raises a RuntimeError (CUDA build) or an AssertionError ("Torch not compiled
+    with CUDA enabled", CPU build): code that catches either still does.
+    """
 
 
 def _rules() -> dict:
@@ -41,6 +69,24 @@ def _torch_self_probes() -> tuple[str, ...]:
     """Paths of torch modules that call torch.cuda on their own (``torch_self_probes`` in the yaml)."""
     from opscope.knowledge import load
     return tuple(load("runtime_remaps.yaml").get("torch_self_probes") or ())
+
+
+def _torch_api(frame: FrameType | None) -> str:
+    """The torch function a caller outside torch called, from the frame below it (``torch.cuda.graphs.CUDAGraph``)."""
+    api = None
+    while frame is not None and _asked_by_torch(frame):
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(_MACHINE_DIRS[0]):
+            module = "torch." + os.path.splitext(path[len(_MACHINE_DIRS[0]):])[0].replace(os.sep, ".")
+            module = module.removesuffix(".__init__")
+            api = f"{module}.{frame.f_code.co_qualname}".replace(".<module>", "")
+        frame = frame.f_back
+    return f"{api}()" if api else "a torch._C CUDA call"
+
+
+def _runtime_needed(api: str) -> CudaRuntimeNeeded:
+    return CudaRuntimeNeeded(f"{api} needs the CUDA runtime of a real GPU, which opscope's CPU stand-in cannot "
+                             "answer; scan on a GPU machine (--device cuda) or keep this call out of the scanned steps")
 
 
 def _library_of(filename: str) -> str | None:
@@ -213,11 +259,25 @@ class _FakeProps:
                 f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
 
 
+def _register_as_torch_bases(event: type, stream: type) -> None:
+    """torch 2.2-2.5's dynamo asserts that torch.cuda.Event/Stream derive from its abstract bases when it is
+    first imported (by the optimizers, after the stand-in is in place): register the stand-ins with them."""
+    try:
+        from torch._streambase import _EventBase, _StreamBase  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:   # no such module
+        return
+    for base, cls in ((_EventBase, event), (_StreamBase, stream)):
+        register = getattr(base, "register", None)   # an ABC (torch 2.2-2.5); later torch keeps plain aliases
+        if register is not None:
+            register(cls)
+
+
 def _answers(remapper, device: dict) -> dict:
     """What each answer name of ``stand_in:`` returns (a value, or a callable of the call's arguments)."""
     props = _FakeProps(device)
     return {
         "true": lambda *a, **k: True,
+        "false": lambda *a, **k: False,
         "none": lambda *a, **k: None,
         "zero": lambda *a, **k: 0,
         "world_size": lambda *a, **k: remapper.device_count,
@@ -245,6 +305,7 @@ class CudaRemapper:
         self.findings = findings
         self.user_code = findings.user_code
         self._undo: list = []
+        self._cuda_modules: list | None = None   # torch.cuda's submodules, listed once (_patch_everywhere)
         self.moved = False
 
     @property
@@ -291,6 +352,23 @@ class CudaRemapper:
         self._undo.append((owner, attr, old))
         setattr(owner, attr, value)
 
+    def _patch_everywhere(self, owner, attr, value) -> None:
+        """Patch ``owner.attr`` and every ``torch.cuda`` submodule that imported the same object by name.
+
+        ``torch.cuda.memory`` and ``torch.cuda.random`` bind ``_lazy_init`` and re-export the memory and
+        RNG functions under their own names: a caller reaching them there must get the same answer.
+        """
+        old = getattr(owner, attr, None)
+        self._patch(owner, attr, value)
+        if old is None:
+            return
+        if self._cuda_modules is None:
+            self._cuda_modules = [module for name, module in list(sys.modules.items())
+                                  if name.startswith("torch.cuda.") and module is not None]
+        for module in self._cuda_modules:
+            if module is not owner and getattr(module, attr, None) is old:
+                self._patch(module, attr, value)
+
     def _from_user(self, depth=2) -> bool:
         frame = sys._getframe(depth)
         return self.user_code.display(frame.f_code.co_filename) is not None
@@ -305,13 +383,15 @@ class CudaRemapper:
 
         def fake(rule, api, answer):
             def fn(*args, **kwargs):
+                if api in _TORCH_SEES and _asked_by_torch(sys._getframe(1)):
+                    return _TORCH_SEES[api]
                 rec(rule, f"torch.cuda.{api}()", depth=2)
                 return answer(*args, **kwargs)
             fn.__name__ = api
             return fn
 
         for api, (rule, answer) in data["apis"].items():
-            self._patch(cuda, api, fake(rule, api, answers[str(answer).lower()]))
+            self._patch_everywhere(cuda, api, fake(rule, api, answers[str(answer).lower()]))
 
         # classes, not functions: libraries use them in annotations (`torch.cuda.Stream | None`)
         class event(_FakeEvent):
@@ -324,6 +404,7 @@ class CudaRemapper:
                 rec("cuda-stream", "torch.cuda.Stream()")
                 super().__init__()
 
+        _register_as_torch_bases(event, stream)
         self._patch(cuda, "Event", event)
         self._patch(cuda, "Stream", stream)
         self._install_backends(rec)
@@ -334,6 +415,9 @@ class CudaRemapper:
         self._install_dataloader(rec)
         self._install_distributed(rec)
         self._install_load(rec)
+        self._install_data_parallel(rec)
+        self._install_graphs(rec)
+        self._install_runtime_guard(rec)
 
     def _install_backends(self, rec):
         """``torch.backends.cuda.is_built()``, cuDNN availability/version, NCCL availability: as on the GPU machine."""
@@ -341,20 +425,36 @@ class CudaRemapper:
         backends = torch.backends
 
         def built(*args, **kwargs):
+            if _asked_by_torch(sys._getframe(1)):
+                return orig_built(*args, **kwargs)
             rec("cuda-is-available", "torch.backends.cuda.is_built()", depth=2)
             return True
 
+        orig_built = backends.cuda.is_built
         self._patch(backends.cuda, "is_built", built)
+        orig_cudnn_available, orig_cudnn_version = backends.cudnn.is_available, backends.cudnn.version
 
-        self._patch(backends.cudnn, "is_available", lambda: True)
-        self._patch(backends.cudnn, "version", lambda: int(device.get("cudnn_version", 0)) or None)
+        def cudnn_available():
+            return orig_cudnn_available() if _asked_by_torch(sys._getframe(1)) else True
+
+        def cudnn_version():
+            if _asked_by_torch(sys._getframe(1)):
+                return orig_cudnn_version()
+            return int(device.get("cudnn_version", 0)) or None
+
+        self._patch(backends.cudnn, "is_available", cudnn_available)
+        self._patch(backends.cudnn, "version", cudnn_version)
         try:
             import torch.distributed as dist
             import torch.distributed.distributed_c10d as c10d
         except Exception:  # pragma: no cover
             return
-        if device.get("nccl_available", True):
+        if device.get("nccl_available", True) and hasattr(c10d, "is_nccl_available"):
+            orig_nccl = c10d.is_nccl_available
+
             def nccl(*args, **kwargs):
+                if _asked_by_torch(sys._getframe(1)):   # the default backend map: gloo for CPU tensors
+                    return orig_nccl(*args, **kwargs)
                 rec("nccl-available", "torch.distributed.is_nccl_available()", depth=2)
                 return True
             for owner in (dist, c10d):
@@ -372,8 +472,7 @@ class CudaRemapper:
 
             def fn(*args, **kwargs):
                 # the script and its libraries see the stand-in; torch's own internals keep the real answer
-                caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
-                if original is not None and "/torch/" in caller:
+                if original is not None and _asked_by_torch(sys._getframe(1)):
                     return original(*args, **kwargs)
                 rec("accelerator-api", f"torch.accelerator.{api}()")
                 return result() if callable(result) else result
@@ -514,6 +613,96 @@ class CudaRemapper:
             return orig(*args, **kwargs)
 
         self._patch(torch, "load", load)
+
+    def _install_data_parallel(self, rec):
+        """``nn.DataParallel`` runs as one replica and is listed as a change to make (Ascend has no DataParallel).
+
+        torch sees no GPU (``_asked_by_torch``), so DataParallel keeps no device ids and its forward calls the
+        module itself, in this process, as it does on a CPU-only machine.
+        """
+        from torch.nn.parallel import DataParallel
+        orig_init = DataParallel.__init__
+
+        @functools.wraps(orig_init)
+        def init(this, *args, **kwargs):
+            rec("data-parallel", "torch.nn.DataParallel()", depth=2)
+            return orig_init(this, *args, **kwargs)
+
+        self._patch(DataParallel, "__init__", init)
+
+    def _install_graphs(self, rec):
+        """CUDA graphs: ``make_graphed_callables`` gives back the eager callables (a graph replays the same
+        operators); capturing one by hand (``CUDAGraph``, ``torch.cuda.graph``) cannot be stood in and stops
+        with one line (both are classes: libraries name them in annotations)."""
+        cuda = torch.cuda
+
+        def refuse(api):
+            rec("cuda-graph", api, depth=3)
+            raise _runtime_needed(api)
+
+        class CUDAGraph:
+            def __init__(self, *args, **kwargs):
+                refuse("torch.cuda.CUDAGraph()")
+
+        class graph:
+            def __init__(self, *args, **kwargs):
+                refuse("torch.cuda.graph()")
+
+        def graph_pool_handle(*args, **kwargs):
+            refuse("torch.cuda.graph_pool_handle()")
+
+        def make_graphed_callables(callables, *args, **kwargs):
+            rec("cuda-graph", "torch.cuda.make_graphed_callables()", depth=2)
+            return callables
+
+        for name, value in (("CUDAGraph", CUDAGraph), ("graph", graph), ("graph_pool_handle", graph_pool_handle),
+                            ("make_graphed_callables", make_graphed_callables)):
+            if hasattr(cuda, name):
+                self._patch_everywhere(cuda, name, value)
+        nvtx = getattr(cuda, "nvtx", None)   # NVTX ranges: no-ops (the CPU build has no NVTX at all)
+        for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
+            if nvtx is not None and hasattr(nvtx, name):
+                self._patch(nvtx, name, self._nvtx_stand_in(rec, name))
+
+    @staticmethod
+    def _nvtx_stand_in(rec, name: str):
+        def fn(*args, **kwargs):
+            rec("cuda-nvtx", f"torch.cuda.nvtx.{name}()", depth=2)
+            return contextlib.nullcontext() if name == "range" else 0
+        return fn
+
+    def _install_runtime_guard(self, rec):
+        """What would still start the CUDA runtime (CUDA graphs, ``torch._C._cuda_*``) stops with one clear line.
+
+        torch starts CUDA through ``torch.cuda._lazy_init`` (its C++ side calls the Python function too).
+        Without a GPU the real one dies with a driver error (CUDA build) or "not compiled with CUDA" (CPU
+        build); this one names the call that needed the runtime and is listed as a finding at its line.
+        """
+        def lazy_init(*args, **kwargs):
+            api = _torch_api(sys._getframe(1))
+            rec("cuda-runtime", api, depth=2, remapped=False)
+            raise _runtime_needed(api)
+
+        self._patch_everywhere(torch.cuda, "_lazy_init", lazy_init)
+        runtime_error = getattr(torch, "AcceleratorError", RuntimeError)
+
+        def guarded(name, real):
+            # torch._C._cuda_* reach the runtime from C++ without _lazy_init: a call that fails there is named
+            @functools.wraps(real)
+            def call(*args, **kwargs):
+                try:
+                    return real(*args, **kwargs)
+                except RuntimeError as exc:
+                    if not isinstance(exc, runtime_error) and "CUDA" not in str(exc):
+                        raise
+                    rec("cuda-runtime", f"torch._C.{name}()", depth=2, remapped=False)
+                    raise _runtime_needed(f"torch._C.{name}()") from None
+            return call
+
+        for name in dir(torch._C):
+            real = getattr(torch._C, name)
+            if name.startswith("_cuda_") and isinstance(real, types.BuiltinFunctionType):
+                self._patch(torch._C, name, guarded(name, real))
 
     def uninstall(self) -> None:
         for owner, attr, old in reversed(self._undo):

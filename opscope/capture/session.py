@@ -25,6 +25,7 @@ from opscope.capture.ranges import install_range_tracking
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
 from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter, rss_mb
+from opscope.capture.user_profiler import install_script_profiler_stand_in
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
@@ -33,6 +34,7 @@ DEFAULT_MAX_CAPTURE_MB = 1536    # capture memory (RSS growth) after which a ste
 
 
 _RecordFunction = getattr(torch._C._profiler, "_RecordFunctionFast", None)   # cheap profiler annotations
+_TORCH_PROFILE = torch.autograd.profiler.profile   # opscope's own profiler, before the script's is stood in
 
 
 def _collect_cpu(enable: bool) -> None:
@@ -153,6 +155,7 @@ class CaptureSession:
         self._install_step_hooks()
         self._hooks += install_dataloader_tagging(self)
         self._hooks += install_range_tracking(self)
+        self._hooks += install_script_profiler_stand_in(self.findings)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()
@@ -162,8 +165,9 @@ class CaptureSession:
 
     def _start_profiler(self) -> None:
         # torch.autograd.profiler directly: torch.profiler.profile's start probes
-        # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.
-        from torch.autograd.profiler import profile
+        # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.  The class taken when this
+        # module was imported: the script's gets a stand-in (user_profiler.py).
+        profile = _TORCH_PROFILE
         use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
         self.prof = profile(use_device=use_device, record_shapes=True, use_kineto=True)
         self.prof.__enter__()

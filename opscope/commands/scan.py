@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "early_child", None) is not None:
             args.early_child.discard()
         return _static_only(script, Path(args.out), formats, args.quiet)
+    from opscope.torch_support import check_installed_torch
+    check_installed_torch()   # a torch outside the supported range: one line, before the child fails importing it
     from opscope.capture.wrappers import unwrap
     wrapped = unwrap(args.script, list(args.script_args))   # `-- accelerate launch ... train.py ARGS`
     if wrapped is not None:
