@@ -39,6 +39,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "views": list, "transdata": dict, "aicpu_rules": dict, "alignment": dict, "fused_patterns": list,
                             "optimizers": dict, "families": dict,
                             "communication": dict, "calibration": dict},
+    "third_party.yaml": {"sources": dict, "fallback_rule": dict, "libraries": dict},
     "runtime_remaps.yaml": {"rules": dict, "device": dict, "stand_in": dict, "torch_self_probes": list,
                             "wrappers": dict},
     "stderr_noise.yaml": {"lines": list},

@@ -16,7 +16,7 @@ from opscope.typed import build
 SCAN_SCHEMA = "opscope.scan/1"
 
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
-VERDICTS = ("native", "composite", "cpu-fallback", "unsupported", "not-applicable", "unknown")
+VERDICTS = ("native", "composite", "adapter", "cpu-fallback", "unsupported", "not-applicable", "unknown")
 ROOT_KINDS = ("partial-batch", "loader-varies", "slice", "sized", "factory", "data-dependent-output", "host-sync",
               "untraced")
 

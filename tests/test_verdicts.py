@@ -119,7 +119,9 @@ def test_unknown_namespace_is_never_guessed_and_c10d_runs_on_hccl():
     allreduce = Operator(name="c10d::allreduce_", overload=None)
     judge([custom, nms, allreduce], "2.14.0")
     assert custom.verdict == "unknown" and "mylib" in custom.evidence["detail"] and custom.substitute is None
-    assert nms.verdict == "unknown" and nms.substitute["replacement"].startswith("torch_npu.npu_nms_v4")
+    # a library third_party.yaml knows: no torchvision_npu release pairs with 2.14.0, so torch_npu's CPU fallback
+    assert nms.verdict == "cpu-fallback" and nms.evidence["rule"] == "third-party-no-adapter-release"
+    assert nms.substitute["replacement"].startswith("torch_npu.npu_nms_v4")
     assert allreduce.verdict == "native" and "hccl" in allreduce.evidence["rule"]
 
 

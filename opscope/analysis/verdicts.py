@@ -8,6 +8,9 @@ Verdicts (``opscope.model.VERDICTS``):
   only as good as the weakest child);
 * ``cpu-fallback``: no NPU kernel, no composite path, torch has a CPU kernel: torch_npu
   runs it on the CPU with host<->device copies;
+* ``adapter``: a third-party library's op (``torchvision::roi_align``) that an Ascend adapter package
+  (torchvision_npu) registers an NPU kernel for, once the release paired with the target is installed
+  (``third_party.py``);
 * ``unsupported``: no NPU kernel and nothing to fall back to;
 * ``not-applicable``: a backend-private kernel of the scanning machine (mkldnn, cuDNN,
   NNPACK...), or an op that only runs inside another op's kernel: judged through that op;
@@ -20,6 +23,7 @@ of the decomposition and is judged on its own.
 """
 from __future__ import annotations
 
+from opscope.analysis.third_party import judge_third_party
 from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel, load_optional
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
@@ -156,6 +160,9 @@ class _Context:
         if rule:
             return Judgement(rule["verdict"], {**evidence, "list": "support_matrix/substitutes.yaml namespaces",
                                                "rule": rule["rule"], "namespace": ns})
+        third_party = judge_third_party(name, self.release.version)   # a library's op: Ascend's answer
+        if third_party is not None:
+            return third_party
         return Judgement("unknown", {**evidence, "rule": "namespace-not-covered",
                                      "detail": f"the matrix covers ATen (aten::), torch_npu custom ops and "
                                                f"c10d collectives, not the {ns or '(none)'} namespace: "

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from opscope.matrix.store import SupportMatrix, plugin_lines_of
 from opscope.matrix.torch_schema import OverloadInfo, TorchSchema
 
-RANK = {"native": 0, "composite": 1, "not-applicable": 1, "unknown": 2, "cpu-fallback": 3, "unsupported": 4}
+RANK = {"native": 0, "composite": 1, "adapter": 1, "not-applicable": 1, "unknown": 2, "cpu-fallback": 3,
+        "unsupported": 4}
 GOOD = ("native", "composite")
 FOREIGN_DECOMPOSITION = "observed under another torch; not this torch's path"
 

@@ -20,8 +20,8 @@ from opscope.report import headline, view
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-VERDICT_STYLE = {"native": "green", "composite": "green", "cpu-fallback": "yellow", "unsupported": "red",
-                 "not-applicable": "dim", "unknown": "magenta"}
+VERDICT_STYLE = {"native": "green", "composite": "green", "adapter": "blue", "cpu-fallback": "yellow",
+                 "unsupported": "red", "not-applicable": "dim", "unknown": "magenta"}
 SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "blue"}
 PIPE_WIDTH = 200  # piped or redirected output: wide enough that tables keep one row per line
 NARROW = 110      # below this many columns the fixes and top operators print as lists, not tables

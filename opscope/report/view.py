@@ -19,6 +19,7 @@ BLOCKING = ("cpu-fallback", "unsupported", "unknown")
 VERDICT_COLOURS = {
     "native": "#2e7d32",
     "composite": "#00838f",
+    "adapter": "#1565c0",
     "cpu-fallback": "#ef6c00",
     "unsupported": "#c62828",
     "not-applicable": "#757575",
@@ -27,6 +28,7 @@ VERDICT_COLOURS = {
 VERDICT_FILLS = {  # light backgrounds for spreadsheet cells
     "native": "C8E6C9",
     "composite": "B2EBF2",
+    "adapter": "BBDEFB",
     "cpu-fallback": "FFE0B2",
     "unsupported": "FFCDD2",
     "not-applicable": "E0E0E0",
@@ -122,40 +124,59 @@ def fmt_evidence_short(evidence, verdict: str | None = None) -> str:
         return str(evidence)
     rule = str(evidence.get("rule") or "")
     where = f"torch_npu {evidence['version']}" if evidence.get("version") else ""
-    path = evidence.get("path")
-    path_text = " -> ".join(str(p) for p in path) if isinstance(path, (list, tuple)) and len(path) > 1 else ""
-    if rule == "registered":
-        text = f"registered in {where}" if where else "registered for the NPU"
-    elif rule == "host-tensors":
-        text = "host-only set-up or data-loading work: stays on the CPU, needs no NPU kernel"
-    elif rule == "backend-private":
-        text = f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
-               " replaces it on the NPU"
-    elif rule == "backend-implements":
-        half = "the backward of " if evidence.get("part") == "backward" else ""
-        text = (f"the scanning CPU's own kernel for {half}{evidence.get('implements') or 'a public op'}: "
-                f"judged as that op" + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
-    elif rule == "inside-parent-kernel":
-        text = f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
-    elif rule == "no-npu-kernel":
-        text = f"no NPU kernel in {where}: runs on the CPU" if where else "no NPU kernel: runs on the CPU"
-    elif verdict in ("cpu-fallback", "unsupported") and path_text:
-        text = f"decomposes ({path_text}) into a part with no NPU kernel: " + (
-            "runs on the CPU" if verdict == "cpu-fallback" else "cannot run on the NPU")
-    elif path_text:
-        text = f"decomposes ({rule}): {path_text}" if rule else f"decomposes: {path_text}"
-    elif rule.startswith("Composite"):
-        text = f"implemented with other operators ({rule})"
-    elif rule:
-        text = f"{rule}" + (f" ({where})" if where else "")
-    else:
-        text = fmt_evidence(evidence)
+    text = _rule_text(evidence, rule, where) or _decomposition_text(evidence, rule, where, verdict)
     if evidence.get("first_supported_in"):
         text += f"; supported from {evidence['first_supported_in']}"
     warnings = dtype_warning_texts(evidence)
     if warnings:
         text += "; warning: " + ", ".join(dict.fromkeys(_short_dtype_warning(w) for w in warnings)) + " upstream"
     return text
+
+
+def _rule_text(evidence: dict, rule: str, where: str) -> str | None:
+    """The sentence of a rule that names its reason itself (registered, host-only, a backend's kernel ...)."""
+    if rule == "registered":
+        return f"registered in {where}" if where else "registered for the NPU"
+    if rule == "host-tensors":
+        return "host-only set-up or data-loading work: stays on the CPU, needs no NPU kernel"
+    if rule == "backend-private":
+        return f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
+               " replaces it on the NPU"
+    if rule == "backend-implements":
+        half = "the backward of " if evidence.get("part") == "backward" else ""
+        return (f"the scanning CPU's own kernel for {half}{evidence.get('implements') or 'a public op'}: "
+                f"judged as that op" + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
+    if rule == "inside-parent-kernel":
+        return f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
+    if rule == "no-npu-kernel":
+        return f"no NPU kernel in {where}: runs on the CPU" if where else "no NPU kernel: runs on the CPU"
+    if rule.startswith("third-party"):
+        return _third_party_text(evidence)
+    return None
+
+
+def _third_party_text(evidence: dict) -> str:
+    """A library's op (third_party.yaml): the adapter release to install, or what happens without one."""
+    if evidence.get("install"):
+        runs = f" as {evidence['via']}" if evidence.get("via") else (
+            f" (kernel {evidence['kernel']})" if evidence.get("kernel") else "")
+        return f"runs on the NPU{runs} once {evidence['install']} is installed ({evidence.get('library')})"
+    return str(evidence.get("detail") or "") or f"{evidence.get('library')}: see support_matrix/third_party.yaml"
+
+
+def _decomposition_text(evidence: dict, rule: str, where: str, verdict: str | None) -> str:
+    path = evidence.get("path")
+    path_text = " -> ".join(str(p) for p in path) if isinstance(path, (list, tuple)) and len(path) > 1 else ""
+    if verdict in ("cpu-fallback", "unsupported") and path_text:
+        return f"decomposes ({path_text}) into a part with no NPU kernel: " + (
+            "runs on the CPU" if verdict == "cpu-fallback" else "cannot run on the NPU")
+    if path_text:
+        return f"decomposes ({rule}): {path_text}" if rule else f"decomposes: {path_text}"
+    if rule.startswith("Composite"):
+        return f"implemented with other operators ({rule})"
+    if rule:
+        return f"{rule}" + (f" ({where})" if where else "")
+    return fmt_evidence(evidence)
 
 
 def fmt_substitute(substitute) -> str:
@@ -291,7 +312,7 @@ class Fix:
 
 
 # The order of the "what to change" list: what stops or slows the port outright first.
-FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2}
+FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2, "install": 3}
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -334,6 +355,7 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
             severity="error" if worst == "unsupported" else "warning", ops=[name], link="#operators",
             detail=entry["why"]))
 
+    fixes += _install_fixes(result, total)
     op_time_by_name: dict[str, float] = {}
     for op in result.operators:
         op_time_by_name[op.name] = op_time_by_name.get(op.name, 0.0) + op_time_us(op)
@@ -356,6 +378,31 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
 
     fixes.sort(key=lambda f: (_fix_tier(f), -(f.share or 0.0), _SEVERITY_RANK.get(f.severity, 1), f.where, f.what))
     return fixes if limit is None else fixes[:limit]
+
+
+def _install_fixes(result: ScanResult, total: float) -> list[Fix]:
+    """One "install" row per adapter package that ``adapter`` operators need (torchvision_npu TAG)."""
+    by_install: dict[str, dict] = {}
+    for op in result.operators:
+        evidence = op.evidence if isinstance(op.evidence, dict) else {}
+        if verdict_of(op) != "adapter" or not evidence.get("install"):
+            continue
+        entry = by_install.setdefault(evidence["install"], {"ops": [], "time": 0.0, "sources": [], "ev": evidence})
+        entry["time"] += op_time_us(op)
+        if op.name not in entry["ops"]:
+            entry["ops"].append(op.name)
+        if op.source and where_of(op, result) not in entry["sources"]:
+            entry["sources"].append(where_of(op, result))
+    fixes = []
+    for install, entry in by_install.items():
+        ev = entry["ev"]
+        without = f"; without it: {ev['without']}" if ev.get("without") else ""
+        fixes.append(Fix(kind="install", what=f"install {install} for {', '.join(entry['ops'])}",
+                         where=", ".join(entry["sources"][:3]), share=entry["time"] / total if total else None,
+                         fix=f"{install} ({ev.get('paired', '')}); then {ev.get('activate') or 'import it'}",
+                         severity="info", ops=entry["ops"], link="#operators",
+                         detail=f"source: {ev.get('adapter_source', '')}{without}"))
+    return fixes
 
 
 @dataclass

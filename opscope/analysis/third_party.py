@@ -1,0 +1,90 @@
+"""Verdicts for operators third-party libraries register with the dispatcher (``torchvision::roi_align``).
+
+torch_npu's matrix covers ATen and its own ops; a library's ops get Ascend's own answer from
+``support_matrix/third_party.yaml``: an adapter package that registers NPU kernels for them (``adapter``,
+with the adapter release that pairs with the target torch_npu), torch_npu's CPU fallback for a dispatcher
+op without an NPU kernel (``cpu-fallback``), or nothing (``unsupported``).  A namespace the file does not
+know stays ``unknown`` in ``verdicts.py``.
+"""
+from __future__ import annotations
+
+import re
+
+from opscope.knowledge import load_optional
+from opscope.matrix.judge import Judgement
+
+
+def _library_of(namespace: str) -> tuple[str, dict] | None:
+    for name, library in (load_optional("third_party.yaml").get("libraries") or {}).items():
+        if library.get("namespace") == namespace:
+            return name, library
+    return None
+
+
+def _version_key(version: str) -> tuple:
+    """``2.1.0.post13`` -> (2, 1, 0, 13): the order of torch_npu releases."""
+    parts = re.findall(r"\d+", version)
+    return tuple(int(p) for p in parts[:3]) + (int(parts[3]) if len(parts) > 3 else 0,)
+
+
+def adapter_release(adapter: dict, torch_npu: str) -> tuple[dict | None, str]:
+    """The adapter release to install with torch_npu ``torch_npu``, and how it was chosen.
+
+    Ascend's table pairs each tag with one torch_npu release; another post-release of the same torch
+    (``2.1.0.post17``) takes the newest tag of that torch, said so.  No tag for that torch: None.
+    """
+    releases = adapter.get("releases") or []
+    exact = [r for r in releases if r["torch_npu"] == torch_npu]
+    if exact:
+        return exact[0], f"Ascend's table pairs it with torch_npu {torch_npu}"
+    torch_line = _version_key(torch_npu)[:3]
+    same = sorted((r for r in releases if _version_key(r["torch_npu"])[:3] == torch_line),
+                  key=lambda r: _version_key(r["torch_npu"]), reverse=True)
+    if same:
+        return same[0], (f"Ascend's table pairs it with torch_npu {same[0]['torch_npu']}, the newest paired "
+                         f"release of the torch {'.'.join(map(str, torch_line))} that torch_npu {torch_npu} is "
+                         "built for")
+    lines = sorted({r["torch_npu"] for r in releases}, key=_version_key)
+    return None, (f"{adapter['package']} has no release for torch_npu {torch_npu} (its releases pair with "
+                  f"torch_npu {', '.join(lines)})")
+
+
+def _sourced(data: dict, entry: dict) -> str:
+    source = (data.get("sources") or {}).get(entry.get("source"), {})
+    repo = f"{source.get('repo')}@{str(source.get('commit', ''))[:8]}" if source else entry.get("source", "")
+    return f"{repo} {entry.get('at', '')}".strip()
+
+
+def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
+    """The verdict of ``namespace::op`` from ``third_party.yaml`` for torch_npu ``torch_npu``; None when the
+    file does not know the namespace."""
+    namespace, _, op = name.rpartition("::")
+    known = _library_of(namespace)
+    if known is None:
+        return None
+    library_name, library = known
+    data = load_optional("third_party.yaml")
+    entry = (library.get("ops") or {}).get(op)
+    without = library.get("without") or {}
+    evidence: dict = {"list": "support_matrix/third_party.yaml", "library": library_name,
+                      "version": torch_npu, "without": without.get("text", ""),
+                      "without_source": _sourced(data, without) if without else ""}
+    if entry is None:
+        default = library.get("default") or {"verdict": "unknown", "detail": "not in the file"}
+        return Judgement(default["verdict"], {**evidence, "rule": "third-party-default",
+                                              "detail": f"{name}: {default.get('detail', '')}"})
+    evidence.update({"rule": "third-party", "source": _sourced(data, entry)})
+    for key in ("kernel", "caveat", "detail", "via"):
+        if entry.get(key):
+            evidence[key] = entry[key]
+    if entry["verdict"] != "adapter":
+        return Judgement(entry["verdict"], evidence)
+    adapter = library.get("adapter") or {}
+    release, how = adapter_release(adapter, torch_npu)
+    evidence.update({"adapter": adapter.get("package"), "adapter_source": _sourced(data, adapter), "paired": how})
+    if release is None:   # the adapter cannot be installed with this torch_npu: torch_npu's answer stands
+        return Judgement("cpu-fallback", {**evidence, "rule": "third-party-no-adapter-release",
+                                          "detail": f"{how}: {without.get('text', 'no NPU kernel')}"})
+    evidence.update({"install": f"{adapter['package']} {release['tag']}", "adapter_release": release,
+                     "activate": adapter.get("activate", "")})
+    return Judgement("adapter", evidence)
