@@ -53,6 +53,9 @@ def test_ops_the_adapter_does_not_cover_and_unknown_libraries():
     assert other.verdict == "cpu-fallback" and other.evidence["rule"] == "third-party-default"
     assert judge_third_party("torchaudio::lfilter", "2.6.0").verdict == "cpu-fallback"
     assert judge_third_party("mylab::fused_thing", "2.6.0") is None   # stays `unknown` in verdicts.py
+    flash = judge_third_party("flash_attn::_flash_attn_forward", "2.6.0")
+    assert flash.verdict == "unsupported" and "torch_npu.npu_fusion_attention" in flash.evidence["detail"]
+    assert flash.evidence["without_source"].startswith("huggingface/transformers@5.24.0 src/transformers/")
 
 
 def test_every_answer_names_its_source():

@@ -51,7 +51,8 @@ def adapter_release(adapter: dict, torch_npu: str) -> tuple[dict | None, str]:
 
 def _sourced(data: dict, entry: dict) -> str:
     source = (data.get("sources") or {}).get(entry.get("source"), {})
-    repo = f"{source.get('repo')}@{str(source.get('commit', ''))[:8]}" if source else entry.get("source", "")
+    pin = str(source.get("commit", ""))[:8] or str(source.get("version", ""))
+    repo = f"{source.get('repo')}@{pin}" if source else entry.get("source", "")
     return f"{repo} {entry.get('at', '')}".strip()
 
 
