@@ -110,3 +110,69 @@ def test_a_detection_head_loop_at_two_targets(tmp_path):
     assert set(_torchvision_ops(newest)) == set(ops)
     report = (tmp_path / "paired" / "report.md").read_text()
     assert "install torchvision_npu v0.21.0-7.1.0 for " in report and "| adapter |" in report
+
+
+# -- GPU-only libraries stood in when they cannot be installed --------------------------------------------------
+FLASH = SCRIPTS / "third_party" / "flash_attn_guarded.py"
+
+
+def _scan_script(out, script, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opscope", "scan", str(script), "--steps", "3", "--out", str(out),
+                           "--format", "", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=env or dict(os.environ))
+
+
+@pytest.mark.parametrize("causal,kv_heads,kv_len", [(False, 4, 7), (True, 4, 5), (True, 2, 9), (False, 1, 3)])
+def test_the_flash_attn_stand_in_matches_sdpa_forward_and_backward(causal, kv_heads, kv_len):
+    import torch
+    import torch.nn.functional as F
+
+    from opscope.capture.library_stand_ins import flash_attn_func
+    torch.manual_seed(0)
+    q = torch.randn(2, 5, 4, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, kv_len, kv_heads, 8, dtype=torch.float64, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_func(q, k, v, causal=causal, softmax_scale=0.3)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    qt, kt, vt = (t.transpose(1, 2) for t in ref)
+    kt, vt = kt.repeat_interleave(4 // kv_heads, 1), vt.repeat_interleave(4 // kv_heads, 1)
+    mask = torch.ones(5, kv_len, dtype=torch.bool).tril(kv_len - 5) if causal else None   # bottom-right, as flash-attn
+    expected = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=0.3).transpose(1, 2)
+    expected.backward(grad)
+    assert torch.allclose(out, expected)
+    for mine, theirs in zip((q, k, v), ref, strict=True):
+        assert torch.allclose(mine.grad, theirs.grad)
+
+
+@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
+def test_a_guarded_flash_attn_import_runs_the_gpu_path_and_is_judged(tmp_path):
+    proc = _scan_script(tmp_path, FLASH)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "flash-attn path" in proc.stdout
+    data = load_scan(tmp_path)
+    ops = {op["name"]: op for op in data["operators"] if op["name"].startswith("flash_attn::")}
+    assert set(ops) == {"flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_backward"}
+    assert ops["flash_attn::_flash_attn_forward"]["phase"] == "forward"
+    assert ops["flash_attn::_flash_attn_backward"]["phase"] == "backward"
+    assert ops["flash_attn::_flash_attn_forward"]["dtypes"][:3] == ["c10::BFloat16"] * 3   # under CUDA autocast
+    assert {op["verdict"] for op in ops.values()} == {"unsupported"}
+    assert "npu_fusion_attention" in ops["flash_attn::_flash_attn_forward"]["evidence"]["detail"]
+    line = next(i for i, text in enumerate(FLASH.read_text().splitlines(), 1) if "from flash_attn import" in text)
+    (finding,) = [f for f in data["findings"] if f["rule"] == "library-stand-in"]
+    assert finding["line"] == line and "SDPA" in finding["remapped_to"]
+
+
+def test_an_installed_library_is_never_stood_in_for(tmp_path):
+    site = tmp_path / "site" / "flash_attn"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise ImportError('this machine has a broken flash-attn of its own')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "site"),
+                                                                     os.environ.get("PYTHONPATH")])))
+    proc = _scan_script(tmp_path / "run", FLASH, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "SDPA fallback path" in proc.stdout
+    data = load_scan(tmp_path / "run")
+    assert not [op for op in data["operators"] if op["name"].startswith("flash_attn::")]
+    assert not [f for f in data["findings"] if f["rule"] == "library-stand-in"]

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from opscope.atomic import write_atomic
+from opscope.capture.library_stand_ins import install_library_stand_ins
 from opscope.capture.loaders import install_dataloader_tagging
 from opscope.capture.patches import Restore
 from opscope.capture.ranges import install_range_tracking
@@ -156,6 +157,7 @@ class CaptureSession:
         self._hooks += install_dataloader_tagging(self)
         self._hooks += install_range_tracking(self)
         self._hooks += install_script_profiler_stand_in(self.findings)
+        self._hooks += install_library_stand_ins(self.findings)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()

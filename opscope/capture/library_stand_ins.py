@@ -1,0 +1,180 @@
+"""GPU-only libraries that cannot be installed here, stood in so the script runs its GPU path.
+
+``flash-attn`` has no wheel without CUDA.  A script that imports it dies at import, and one that guards the
+import (``try: from flash_attn import flash_attn_func`` / ``except ImportError:`` SDPA) is scanned on its
+fallback path, not the program that runs on the GPU.  When the library is not installed, the scan serves
+a module with the same Python API, computed with PyTorch's SDPA on the CPU, whose work is recorded under
+the library's own operator names (``flash_attn::_flash_attn_forward`` / ``_flash_attn_backward``, as
+flash-attn >= 2.6 registers them) so ``support_matrix/third_party.yaml`` judges it.  Importing it is a
+run-time finding at the script's line (``library-stand-in``).  A library that is installed is never
+stood in for.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+STAND_IN_VERSION = "2.8.3+opscope.stand-in"   # the flash-attn API the stand-in follows
+
+
+def _heads_first(q, k, v):
+    """flash-attn layout (batch, seqlen, heads, dim) -> (batch, heads, seqlen, dim), k/v heads repeated (GQA)."""
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    repeat = qt.shape[1] // kt.shape[1]
+    if repeat > 1:
+        kt, vt = kt.repeat_interleave(repeat, dim=1), vt.repeat_interleave(repeat, dim=1)
+    return qt, kt, vt, repeat
+
+
+def _causal_mask(sq: int, sk: int, device):
+    """flash-attn aligns the causal mask to the bottom right when seqlen_q != seqlen_k (SDPA: top left)."""
+    import torch
+    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril(sk - sq)
+
+
+def _attention(q, k, v, softmax_scale: float, causal: bool):
+    import torch.nn.functional as F
+    qt, kt, vt, _ = _heads_first(q, k, v)
+    sq, sk = qt.shape[-2], kt.shape[-2]
+    mask = _causal_mask(sq, sk, q.device) if causal and sq != sk else None
+    out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, is_causal=causal and mask is None,
+                                         scale=softmax_scale)
+    return out.transpose(1, 2).contiguous()
+
+
+def _attention_backward(dout, q, k, v, softmax_scale: float, causal: bool):
+    """dq, dk, dv of softmax(scale * q k^T) v, written out (a custom op's kernel runs below autograd)."""
+    import torch
+    acc = torch.promote_types(q.dtype, torch.float32)   # fp16/bf16 accumulate in fp32, as flash-attn does
+    qt, kt, vt, repeat = _heads_first(q.to(acc), k.to(acc), v.to(acc))
+    do = dout.to(acc).transpose(1, 2)
+    scores = softmax_scale * qt @ kt.transpose(-1, -2)
+    if causal:
+        scores = scores.masked_fill(~_causal_mask(scores.shape[-2], scores.shape[-1], scores.device), float("-inf"))
+    p = scores.softmax(-1)
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ vt.transpose(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    dq = softmax_scale * ds @ kt
+    dk = softmax_scale * ds.transpose(-1, -2) @ qt
+    if repeat > 1:   # each k/v head served `repeat` query heads: their gradients add up
+        b, h, s, d = dk.shape
+        dk = dk.view(b, h // repeat, repeat, s, d).sum(2)
+        dv = dv.view(b, h // repeat, repeat, s, d).sum(2)
+    return [g.transpose(1, 2).to(t.dtype).contiguous() for g, t in ((dq, q), (dk, k), (dv, v))]
+
+
+_OPS: dict = {}
+
+
+def _flash_ops():
+    """``flash_attn::_flash_attn_forward`` and ``_flash_attn_backward`` as custom ops (CPU: SDPA), with autograd."""
+    if _OPS:
+        return _OPS["forward"]
+    import torch
+    from torch.library import custom_op
+
+    args = "Tensor q, Tensor k, Tensor v, float dropout_p, float softmax_scale, bool causal"
+
+    @custom_op("flash_attn::_flash_attn_forward", mutates_args=(), device_types="cpu", schema=f"({args}) -> Tensor")
+    def forward(q, k, v, dropout_p, softmax_scale, causal):
+        return _attention(q, k, v, softmax_scale, causal)   # attention dropout is not applied (stand-in)
+
+    @custom_op("flash_attn::_flash_attn_backward", mutates_args=(), device_types="cpu",
+               schema=f"(Tensor dout, {args}) -> Tensor[]")
+    def backward(dout, q, k, v, dropout_p, softmax_scale, causal):
+        return _attention_backward(dout, q, k, v, softmax_scale, causal)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, dropout_p, softmax_scale, causal = inputs
+        ctx.save_for_backward(q, k, v)
+        ctx.args = (dropout_p, softmax_scale, causal)
+
+    def grad(ctx, dout):
+        q, k, v = ctx.saved_tensors
+        dq, dk, dv = backward(dout.contiguous(), q, k, v, *ctx.args)
+        return dq, dk, dv, None, None, None
+
+    forward.register_autograd(grad, setup_context=setup_context)
+    forward.register_fake(lambda q, k, v, *args: torch.empty_like(q))   # --mode fake: shapes only
+    backward.register_fake(lambda dout, q, k, v, *args: [torch.empty_like(q), torch.empty_like(k),
+                                                         torch.empty_like(v)])
+    _OPS["forward"] = forward
+    return forward
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash-attn's ``flash_attn_func`` (q, k, v: batch x seqlen x heads x dim), run with SDPA."""
+    if tuple(window_size) != (-1, -1) or softcap or alibi_slopes is not None or return_attn_probs:
+        raise NotImplementedError("opscope's flash-attn stand-in runs flash_attn_func without window_size, "
+                                  "softcap, alibi_slopes or return_attn_probs; scan on a GPU with flash-attn "
+                                  "installed for those")
+    scale = float(softmax_scale) if softmax_scale is not None else q.shape[-1] ** -0.5
+    return _flash_ops()(q, k, v, float(dropout_p), scale, bool(causal))
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, **kwargs):
+    """``qkv``: batch x seqlen x 3 x heads x dim."""
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, **kwargs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, **kwargs):
+    """``kv``: batch x seqlen x 2 x heads x dim."""
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, **kwargs)
+
+
+def _flash_attn_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "opscope's CPU stand-in for flash-attn (not installed here): SDPA")
+    for api in (flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func):
+        setattr(module, api.__name__, api)
+    module.__version__ = STAND_IN_VERSION   # type: ignore[attr-defined]
+    return module
+
+
+# top-level package -> (its modules, builder)
+_LIBRARIES = {"flash_attn": (("flash_attn", "flash_attn.flash_attn_interface"), _flash_attn_module)}
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the stand-in modules of libraries that are not installed; records who imported them."""
+
+    def __init__(self, libraries: dict, findings):
+        self.libraries, self.findings = libraries, findings
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top in self.libraries and fullname in self.libraries[top][0]:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname == top)
+        return None
+
+    def create_module(self, spec):
+        top = spec.name.partition(".")[0]
+        module = self.libraries[top][1](spec.name)
+        if spec.name == top:
+            module.__path__ = []   # type: ignore[attr-defined]   # a package: its submodules import too
+        return module
+
+    def exec_module(self, module):
+        if self.findings is not None and "." not in module.__name__:
+            # importlib's frames between here and the import statement are looked through to the script's line
+            self.findings.record("library-stand-in", f"import {module.__name__} (stood in: not installed here)")
+
+
+def install_library_stand_ins(findings) -> list:
+    """Put the finder first on ``sys.meta_path`` for the libraries that are not installed; the undo handles."""
+    missing = {top: spec for top, spec in _LIBRARIES.items()
+               if top not in sys.modules and importlib.util.find_spec(top) is None}
+    if not missing:
+        return []
+    finder = _StandInFinder(missing, findings)
+    sys.meta_path.insert(0, finder)
+
+    class _Undo:
+        def remove(self):
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+    return [_Undo()]
