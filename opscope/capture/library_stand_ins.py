@@ -7,7 +7,8 @@ a module with the same Python API, computed with PyTorch's SDPA on the CPU, whos
 the library's own operator names (``flash_attn::_flash_attn_forward`` / ``_flash_attn_backward``, as
 flash-attn >= 2.6 registers them) so ``support_matrix/third_party.yaml`` judges it.  Importing it is a
 run-time finding at the script's line (``library-stand-in``).  A library that is installed is never
-stood in for.
+stood in for, and only a scan that stands in for the GPU machine (the CUDA stand-in, ``remap.py``) stands in
+for its libraries: on a real GPU or NPU the script imports what that machine has.
 """
 from __future__ import annotations
 

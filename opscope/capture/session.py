@@ -157,7 +157,8 @@ class CaptureSession:
         self._hooks += install_dataloader_tagging(self)
         self._hooks += install_range_tracking(self)
         self._hooks += install_script_profiler_stand_in(self.findings)
-        self._hooks += install_library_stand_ins(self.findings)
+        if self.remapper is not None:   # standing in for the GPU machine: its GPU-only libraries too
+            self._hooks += install_library_stand_ins(self.findings)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()
