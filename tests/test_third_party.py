@@ -106,6 +106,7 @@ def test_a_detection_head_loop_at_two_targets(tmp_path):
     assert {op["evidence"]["install"] for op in ops.values()} == {"torchvision_npu v0.21.0-7.1.0"}
     assert {"torchvision::roi_align", "torchvision::_roi_align_backward", "torchvision::roi_pool",
             "torchvision::_roi_pool_backward"} <= set(ops)
+    assert ops["torchvision::nms"]["library"].startswith("torchvision/ops/boxes.py:")   # the line inside torchvision
     assert {op["verdict"] for op in _torchvision_ops(newest).values()} == {"cpu-fallback"}
     assert set(_torchvision_ops(newest)) == set(ops)
     report = (tmp_path / "paired" / "report.md").read_text()
@@ -176,3 +177,17 @@ def test_an_installed_library_is_never_stood_in_for(tmp_path):
     data = load_scan(tmp_path / "run")
     assert not [op for op in data["operators"] if op["name"].startswith("flash_attn::")]
     assert not [f for f in data["findings"] if f["rule"] == "library-stand-in"]
+
+
+def test_torchvision_and_other_torch_named_libraries_are_libraries_not_torch():
+    """A folder-name prefix is not torch: torchvision/torchaudio/torch_scatter frames name the library line."""
+    from pathlib import Path
+
+    import torch
+
+    from opscope.capture.source import UserCode
+    site = Path(torch.__file__).resolve().parent.parent
+    code = UserCode(str(ROOT))
+    for library in ("torchvision/ops/boxes.py", "torchaudio/functional/filtering.py", "torch_scatter/scatter.py"):
+        assert code.library(str(site / library)) == library
+    assert code.library(str(site / "torch" / "nn" / "modules" / "module.py")) is None

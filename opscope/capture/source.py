@@ -68,10 +68,11 @@ _LIB_DIRS = tuple({
         get_paths().get("platlib"), os.path.dirname(os.__file__),
     ) if p
 }) + (str(Path(torch.__file__).resolve().parent.parent),)
-_OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
-# torch itself (and its private helpers): never "the library code that made an operator"
-_TORCH_DIRS = (str(Path(torch.__file__ or "").resolve().parent),) + tuple(
-    str(Path(torch.__file__).resolve().parent.parent / name) for name in ("functorch", "torchgen", "triton"))
+_OPSCOPE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+# torch itself (and its private helpers): never "the library code that made an operator".  Folders end with
+# the separator: torchvision, torchaudio and torch_scatter are libraries, not torch.
+_TORCH_DIRS = (str(Path(torch.__file__ or "").resolve().parent) + os.sep,) + tuple(
+    str(Path(torch.__file__).resolve().parent.parent / name) + os.sep for name in ("functorch", "torchgen", "triton"))
 _STDLIB_DIRS = tuple({str(Path(p).resolve()) for p in (
     get_paths().get("stdlib"), get_paths().get("platstdlib"), os.path.dirname(os.__file__)) if p})
 
