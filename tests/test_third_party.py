@@ -65,10 +65,12 @@ def test_every_answer_names_its_source():
             assert entry["source"] in data["sources"] and entry.get("at"), (name, op)
             assert entry["verdict"] in ("adapter", "cpu-fallback", "unsupported"), (name, op)
         adapter = library.get("adapter")
-        if adapter:
+        if adapter and adapter.get("releases") is not None:   # a release table: each tag pairs with its own
             assert adapter["source"] in data["sources"] and adapter["releases"]
             release, _ = adapter_release(adapter, adapter["releases"][0]["torch_npu"])
             assert release == adapter["releases"][0]
+        elif adapter:   # one source build (Ascend apex)
+            assert adapter["source"] in data["sources"] and adapter["install"]
 
 
 def _scan(out, target: str) -> dict:
@@ -191,3 +193,51 @@ def test_torchvision_and_other_torch_named_libraries_are_libraries_not_torch():
     for library in ("torchvision/ops/boxes.py", "torchaudio/functional/filtering.py", "torch_scatter/scatter.py"):
         assert code.library(str(site / library)) == library
     assert code.library(str(site / "torch" / "nn" / "modules" / "module.py")) is None
+
+
+APEX = SCRIPTS / "third_party" / "apex_o2.py"
+
+
+@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
+def test_an_apex_o2_script_in_the_porting_guides_style_scans_and_is_judged(tmp_path):
+    proc = _scan_script(tmp_path, APEX)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_scan(tmp_path)
+    assert sum(1 for s in data["steps"] if s["complete"]) == 3
+    ops = {op["name"]: op for op in data["operators"] if op["name"].startswith("apex::")}
+    assert {"apex::amp.scale_loss", "apex::amp.unscale", "apex::optimizers.FusedAdam.step"} <= set(ops)
+    assert ops["apex::amp.scale_loss"]["verdict"] == "adapter"
+    assert ops["apex::amp.scale_loss"]["evidence"]["install"].startswith("Ascend apex")
+    fused = ops["apex::optimizers.FusedAdam.step"]
+    assert fused["verdict"] == "unsupported" and "NpuFusedAdam" in fused["evidence"]["detail"]
+    precision = data["summary"]["precision"]
+    assert precision["requested"] == ["float16"] and precision["recorded"] == ["float16"] and not precision["note"]
+    convs = [op for op in data["operators"] if op["name"] == "aten::convolution" and op["phase"] == "forward"]
+    assert convs and all(op["dtypes"][0] == "c10::Half" for op in convs)   # O2: the model runs in float16
+    adam = [op for op in data["operators"] if op["phase"] == "optimizer" and op["name"].startswith("aten::_foreach")]
+    assert adam and all("c10::Half" not in op["dtypes"] for op in adam)   # ... and steps float32 master weights
+    assert [f["line"] for f in data["findings"] if f["rule"] == "library-stand-in"] == [5]
+
+
+def test_apex_amp_levels_and_dynamic_loss_scale():
+    import torch
+
+    from opscope.capture import apex_stand_in as apex
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    opt = apex.FusedAdam(model.parameters(), lr=0.1)
+    model, opt = apex.initialize(model, opt, opt_level="O2")   # dynamic loss scale by default
+    assert model[0].weight.dtype == torch.float16 and model[1].weight.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in apex.master_params(opt))
+    out = model(torch.randn(8, 4))
+    assert out.dtype == torch.float32
+    with apex.scale_loss(out.pow(2).mean(), opt) as scaled:
+        scaled.backward()
+    opt.step()
+    masters = list(apex.master_params(opt))
+    assert torch.equal(model[0].weight, masters[0].half())   # the step reached the model through the masters
+    before, scale = model[0].weight.clone(), apex.state_dict()["loss_scaler0"]["loss_scale"]
+    opt.zero_grad()
+    with apex.scale_loss(model(torch.randn(8, 4)).sum() * float("inf"), opt) as scaled:
+        scaled.backward()
+    opt.step()   # overflow: skipped, scale halved
+    assert torch.equal(model[0].weight, before) and apex.state_dict()["loss_scaler0"]["loss_scale"] == scale / 2

@@ -33,7 +33,10 @@ def adapter_release(adapter: dict, torch_npu: str) -> tuple[dict | None, str]:
     Ascend's table pairs each tag with one torch_npu release; another post-release of the same torch
     (``2.1.0.post17``) takes the newest tag of that torch, said so.  No tag for that torch: None.
     """
-    releases = adapter.get("releases") or []
+    releases = adapter.get("releases")
+    if releases is None:   # no release table: one source build, said so
+        return {"tag": "(source build)"}, f"{adapter.get('name', adapter['package'])} has no release table: " \
+                                          f"{adapter.get('install', 'build it from source')}"
     exact = [r for r in releases if r["torch_npu"] == torch_npu]
     if exact:
         return exact[0], f"Ascend's table pairs it with torch_npu {torch_npu}"
@@ -86,6 +89,9 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
     if release is None:   # the adapter cannot be installed with this torch_npu: torch_npu's answer stands
         return Judgement("cpu-fallback", {**evidence, "rule": "third-party-no-adapter-release",
                                           "detail": f"{how}: {without.get('text', 'no NPU kernel')}"})
-    evidence.update({"install": f"{adapter['package']} {release['tag']}", "adapter_release": release,
+    built = release.get("tag") == "(source build)"
+    evidence.update({"install": adapter.get("name", adapter["package"]) if built else f"{adapter['package']} "
+                                                                                       f"{release['tag']}",
+                     "adapter_release": release,
                      "activate": adapter.get("activate", "")})
     return Judgement("adapter", evidence)

@@ -1,6 +1,6 @@
 """GPU-only libraries that cannot be installed here, stood in so the script runs its GPU path.
 
-``flash-attn`` has no wheel without CUDA.  A script that imports it dies at import, and one that guards the
+``flash-attn`` has no wheel without CUDA, NVIDIA ``apex`` is not on PyPI at all (``apex_stand_in.py``).  A script that imports it dies at import, and one that guards the
 import (``try: from flash_attn import flash_attn_func`` / ``except ImportError:`` SDPA) is scanned on its
 fallback path, not the program that runs on the GPU.  When the library is not installed, the scan serves
 a module with the same Python API, computed with PyTorch's SDPA on the CPU, whose work is recorded under
@@ -136,8 +136,18 @@ def _flash_attn_module(name: str) -> types.ModuleType:
     return module
 
 
+def _apex_module(name: str) -> types.ModuleType:
+    from opscope.capture import apex_stand_in
+    module = types.ModuleType(name, "opscope's CPU stand-in for NVIDIA apex (not installed here)")
+    module.__version__ = apex_stand_in.STAND_IN_VERSION   # type: ignore[attr-defined]
+    for api in apex_stand_in.API.get(name, ()):
+        setattr(module, api.__name__, api)
+    return module
+
+
 # top-level package -> (its modules, builder)
-_LIBRARIES = {"flash_attn": (("flash_attn", "flash_attn.flash_attn_interface"), _flash_attn_module)}
+_LIBRARIES = {"flash_attn": (("flash_attn", "flash_attn.flash_attn_interface"), _flash_attn_module),
+              "apex": (("apex", "apex.amp", "apex.optimizers", "apex.normalization"), _apex_module)}
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -157,9 +167,14 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = self.libraries[top][1](spec.name)
         if spec.name == top:
             module.__path__ = []   # type: ignore[attr-defined]   # a package: its submodules import too
+        else:   # `import apex.amp` binds it on the package too
+            setattr(sys.modules[top], spec.name.rpartition(".")[2], module)
         return module
 
     def exec_module(self, module):
+        if module.__name__ == "apex":   # `from apex import amp`: the submodules exist as attributes
+            for sub in self.libraries["apex"][0][1:]:
+                importlib.import_module(sub)
         if self.findings is not None and "." not in module.__name__:
             # importlib's frames between here and the import statement are looked through to the script's line
             self.findings.record("library-stand-in", f"import {module.__name__} (stood in: not installed here)")
@@ -171,6 +186,9 @@ def install_library_stand_ins(findings) -> list:
                if top not in sys.modules and importlib.util.find_spec(top) is None}
     if not missing:
         return []
+    if "apex" in missing and findings is not None:
+        from opscope.capture import apex_stand_in
+        apex_stand_in.bind(findings.precision)
     finder = _StandInFinder(missing, findings)
     sys.meta_path.insert(0, finder)
 

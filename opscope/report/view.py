@@ -345,6 +345,10 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
             sub = op.substitute if isinstance(op.substitute, dict) else {"replacement": str(op.substitute)}
             entry["sub"] = str(sub.get("replacement") or sub.get("rationale") or "")
             entry["why"] = str(sub.get("rationale") or "") if sub.get("replacement") else ""
+        evidence = op.evidence if isinstance(op.evidence, dict) else {}
+        if not entry["sub"] and str(evidence.get("rule", "")).startswith("third-party"):
+            entry["sub"] = str(evidence.get("detail") or "")   # Ascend's answer for a library's op
+            entry["why"] = str(evidence.get("source") or "")
     for name, entry in by_name.items():
         worst = next(v for v in ("unsupported", "cpu-fallback", "unknown") if v in entry["verdicts"])
         fixes.append(Fix(
