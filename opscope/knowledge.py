@@ -31,7 +31,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                        "optimizer_state_per_param": dict},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict, "dimension_names": dict, "collate_settings": list, "collate_wrapped": list,
-                            "shape_setters": dict, "loader_builders": list},
+                            "shape_setters": dict, "loader_builders": list, "library_fixes": list},
     "substitutes.yaml": {"substitutes": dict, "namespaces": dict},
     "npu_chips.yaml": {"default": str, "sources": dict, "chips": dict},
     "npu_cost_model.yaml": {"version": int, "reference": dict, "dtype_bytes": dict, "dtype_aliases": dict,

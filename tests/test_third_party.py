@@ -241,3 +241,42 @@ def test_apex_amp_levels_and_dynamic_loss_scale():
         scaled.backward()
     opt.step()   # overflow: skipped, scale halved
     assert torch.equal(model[0].weight, before) and apex.state_dict()["loss_scaler0"]["loss_scale"] == scale / 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
+@pytest.mark.skipif(not _torchvision_kernels(), reason="torchvision's C++ ops do not load next to this torch")
+def test_faster_rcnn_nothing_unknown_and_root_causes_name_torchvision_parameters(tmp_path):
+    script = SCRIPTS / "third_party" / "fasterrcnn_loop.py"
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(script), "--steps", "3", "--target", "2.6.0",
+                           "--out", str(tmp_path), "--format", "", "-q"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_scan(tmp_path)
+    assert data["summary"]["time_share"]["unknown"] == 0 and data["summary"]["verdict_counts"]["unknown"] == 0
+    judged = {op["name"]: op["verdict"] for op in data["operators"] if op["name"].startswith("torchvision::")
+              and op["verdict"] != "not-applicable"}
+    assert judged == {"torchvision::nms": "adapter", "torchvision::roi_align": "adapter",
+                      "torchvision::_roi_align_backward": "adapter"}
+    nms_roots = [r for r in data["root_causes"] if str(r["library"]).startswith("torchvision/ops/boxes.py:")]
+    assert nms_roots and all("rpn_post_nms_top_n_train" in r["suggestion"] and "box_detections_per_img" in r["set_by"]
+                             for r in nms_roots)
+    assert any(str(r["library"]).startswith("torchvision/models/detection/_utils.py:")
+               and "box_batch_size_per_image" in r["suggestion"] for r in data["root_causes"])
+
+
+def test_a_library_root_cause_gets_the_librarys_own_fix_first():
+    from opscope.analysis.dynamic_shapes import _library_fix
+    from opscope.knowledge import load
+    from opscope.model import RootCause
+    know = load("dynamic_shapes.yaml")
+    rc = RootCause(source="train.py:9", cause="data-dependent-output", kind="data-dependent-output",
+                   suggestion="general advice.", library="torchvision/ops/boxes.py:54")
+    _library_fix(rc, know)
+    assert rc.suggestion.startswith("torchvision's NMS keeps a data-dependent number of boxes.")
+    assert rc.suggestion.endswith("general advice.") and "rpn_post_nms_top_n_train" in rc.set_by
+    plain = RootCause(source="train.py:9", cause="factory", kind="factory", suggestion="general advice.",
+                      library="mylib/model.py:3")
+    _library_fix(plain, know)
+    assert plain.suggestion == "general advice." and plain.set_by is None

@@ -237,9 +237,21 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
     out = []
     for rc in roots.values():
         rc.ops = list(dict.fromkeys(rc.ops))
+        _library_fix(rc, know)
         out.append(rc)
     out.sort(key=lambda r: (-len(r.ops), r.source or ""))
     return dynamic, out, dynamic_keys
+
+
+def _library_fix(rc: RootCause, know: dict) -> None:
+    """A root cause inside a library whose own parameters decide the shape (torchvision's detection models):
+    say which ones first (``library_fixes`` in dynamic_shapes.yaml), then the general advice."""
+    where = str(rc.library or "")
+    for entry in know.get("library_fixes") or []:
+        if where.startswith(entry["path"]) and (not entry.get("kinds") or rc.kind in entry["kinds"]):
+            rc.suggestion = f"{entry['fix']} {rc.suggestion or ''}".strip()
+            rc.set_by = rc.set_by or entry.get("set_by")
+            return
 
 
 def _listify(value):
