@@ -501,6 +501,8 @@ class ScanResult(_Record):
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
     fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
     memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
+    # third-party libraries judged (analysis/third_party.py library_rows): version here, what to install, ops
+    third_party: list | None = None
     # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):
     # the user cannot act on them, so reports lead with the library line
     entry_lines: list[str] = field(default_factory=list)

@@ -113,15 +113,19 @@ def test_a_detection_head_loop_at_two_targets(tmp_path):
     assert set(_torchvision_ops(newest)) == set(ops)
     report = (tmp_path / "paired" / "report.md").read_text()
     assert "install torchvision_npu v0.21.0-7.1.0 for " in report and "| adapter |" in report
+    import torchvision
+    (library,) = paired["third_party"]
+    assert library["library"] == "torchvision" and library["version_here"] == torchvision.__version__.split("+")[0]
+    assert library["install"] == "torchvision_npu v0.21.0-7.1.0" and not library["stand_in"]
 
 
 # -- GPU-only libraries stood in when they cannot be installed --------------------------------------------------
 FLASH = SCRIPTS / "third_party" / "flash_attn_guarded.py"
 
 
-def _scan_script(out, script, env=None) -> subprocess.CompletedProcess:
+def _scan_script(out, script, env=None, formats: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "opscope", "scan", str(script), "--steps", "3", "--out", str(out),
-                           "--format", "", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           "--format", formats, "-q"], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=env or dict(os.environ))
 
 
@@ -200,9 +204,18 @@ APEX = SCRIPTS / "third_party" / "apex_o2.py"
 
 @pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
 def test_an_apex_o2_script_in_the_porting_guides_style_scans_and_is_judged(tmp_path):
-    proc = _scan_script(tmp_path, APEX)
+    proc = _scan_script(tmp_path, APEX, formats="md,xlsx")
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = load_scan(tmp_path)
+    (library,) = data["third_party"]   # the report's "Third-party libraries" section
+    assert library["library"] == "apex" and library["stand_in"] and library["install"].startswith("Ascend apex")
+    assert library["version_here"] == "not installed: opscope's stand-in ran"
+    assert {e["name"]: e["verdict"] for e in library["ops"]}["apex::optimizers.FusedAdam.step"] == "unsupported"
+    report = (tmp_path / "report.md").read_text()
+    assert "## Third-party libraries" in report and "| apex | not installed: opscope's stand-in ran |" in report
+    from openpyxl import load_workbook
+    sheet = load_workbook(tmp_path / "report.xlsx")["Third-party"]
+    assert [c.value for c in sheet[1]][:2] == ["library", "version here"] and sheet["A2"].value == "apex"
     assert sum(1 for s in data["steps"] if s["complete"]) == 3
     ops = {op["name"]: op for op in data["operators"] if op["name"].startswith("apex::")}
     assert {"apex::amp.scale_loss", "apex::amp.unscale", "apex::optimizers.FusedAdam.step"} <= set(ops)

@@ -99,10 +99,22 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
     _add_verdicts(result, target, uses_device)
+    _add_third_party(result)
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
     _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def _add_third_party(result: ScanResult) -> None:
+    """The third-party libraries section: each library's version here, what to install, its ops (or None)."""
+    from opscope.analysis.third_party import library_rows
+    if not result.operators or not any(op.verdict for op in result.operators):
+        return
+    steady = any(op.steady_time_us is not None for op in result.operators)
+    rows = library_rows(result.operators, result.findings,
+                        lambda op: float((op.steady_time_us if steady else op.self_time_us) or 0.0))
+    result.third_party = rows or None
 
 
 def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: str | None = None) -> None:

@@ -35,8 +35,7 @@ def adapter_release(adapter: dict, torch_npu: str) -> tuple[dict | None, str]:
     """
     releases = adapter.get("releases")
     if releases is None:   # no release table: one source build, said so
-        return {"tag": "(source build)"}, f"{adapter.get('name', adapter['package'])} has no release table: " \
-                                          f"{adapter.get('install', 'build it from source')}"
+        return {"tag": "(source build)"}, f"no release table: {adapter.get('install', 'built from source')}"
     exact = [r for r in releases if r["torch_npu"] == torch_npu]
     if exact:
         return exact[0], f"Ascend's table pairs it with torch_npu {torch_npu}"
@@ -95,3 +94,46 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
                      "adapter_release": release,
                      "activate": adapter.get("activate", "")})
     return Judgement("adapter", evidence)
+
+
+def _version_here(library: str) -> str | None:
+    """The installed distribution's version (``flash_attn`` finds ``flash-attn``); None when not installed."""
+    from importlib import metadata
+    try:
+        return metadata.version(library)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def library_rows(operators, findings, op_time, versions=None) -> list[dict]:
+    """One row per third-party library the scan judged: its version here (or that opscope stood in for it),
+    what to install on the Ascend machine for the target, and its operators with verdict and time share.
+
+    ``op_time(op)`` is an operator's time (the readiness summary's basis); ``versions``, if given, replaces
+    looking the libraries up in this environment (tests)."""
+    total = sum(op_time(op) for op in operators) or 0.0
+    stood_in = {str(f.api).split()[1] for f in findings if f.rule == "library-stand-in" and len(str(f.api).split()) > 1}
+    rows: dict[str, dict] = {}
+    for op in operators:
+        evidence = op.evidence if isinstance(op.evidence, dict) else {}
+        if not str(evidence.get("rule", "")).startswith("third-party") or op.verdict == "not-applicable":
+            continue
+        library = str(evidence.get("library"))
+        row = rows.setdefault(library, {"library": library, "install": None, "paired": None, "ops": {},
+                                        "time_share": 0.0, "stand_in": library in stood_in})
+        if evidence.get("install"):
+            row["install"], row["paired"] = evidence["install"], evidence.get("paired")
+        share = op_time(op) / total if total else 0.0
+        entry = row["ops"].setdefault(op.name, {"name": op.name, "verdict": op.verdict, "time_share": 0.0})
+        entry["time_share"] += share
+        row["time_share"] += share
+    out = []
+    for library, row in sorted(rows.items(), key=lambda kv: -kv[1]["time_share"]):
+        version = (versions or {}).get(library) if versions is not None else _version_here(library)
+        row["version_here"] = "not installed: opscope's stand-in ran" if row["stand_in"] else (version or "unknown")
+        row["ops"] = sorted(row["ops"].values(), key=lambda e: -e["time_share"])
+        row["time_share"] = round(row["time_share"], 6)
+        for entry in row["ops"]:
+            entry["time_share"] = round(entry["time_share"], 6)
+        out.append(row)
+    return out

@@ -203,6 +203,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "verification": _verification_context(result.verification),
         "npu": _npu_context(result),
         "memory_fit": _memory_fit_context(result.memory_fit),
+        "third_party": [dict(zip(("library", "version", "ascend", "ops", "share"),
+                                 row[:4] + [view.fmt_percent(row[4])], strict=True))
+                        for row in view.third_party_rows(result)],
         "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
         "css": _asset("report.css"),
         "js": _asset("report.js"),

@@ -54,6 +54,10 @@ def render_markdown(result: ScanResult) -> str:
                        for i, f in enumerate(fixes, start=1)])
     else:
         out.append(_cell(headline.nothing_to_change_text(result)))
+    libraries = view.third_party_rows(result)
+    if libraries:
+        out += ["", "## Third-party libraries", ""]
+        out += _table(view.THIRD_PARTY_HEADERS, [row[:4] + [view.fmt_percent(row[4])] for row in libraries])
     from opscope.report.npu_section import markdown_lines
     out += markdown_lines(result, _cell, _table)
 

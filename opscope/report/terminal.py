@@ -193,9 +193,24 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         for f in remaps:
             t.add_row(view.where_of(f, result), f.api, f.remapped_to, str(f.count))
         console.print(t)
+    _print_third_party(result, console)
     _print_fake_and_memory(result, console)
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
+
+
+def _print_third_party(result: ScanResult, console: Console) -> None:
+    """Third-party libraries: version here, what to install on the Ascend machine, their operators."""
+    rows = view.third_party_rows(result)
+    if not rows:
+        return
+    t = Table(title="Third-party libraries", header_style="bold", title_justify="left")
+    for header in view.THIRD_PARTY_HEADERS[:4]:
+        t.add_column(header)
+    t.add_column("time", justify="right")
+    for row in rows:
+        t.add_row(*(escape(str(cell)) for cell in row[:4]), view.fmt_percent(row[4]))
+    console.print(t)
 
 
 def _print_fake_and_memory(result: ScanResult, console: Console) -> None:

@@ -409,6 +409,24 @@ def _install_fixes(result: ScanResult, total: float) -> list[Fix]:
     return fixes
 
 
+THIRD_PARTY_HEADERS = ["library", "version here", "on the Ascend machine", "operators (verdict, time share)",
+                       "time share"]
+
+
+def third_party_rows(result: ScanResult) -> list[list]:
+    """The "Third-party libraries" section, one row per library (scan.json ``third_party``)."""
+    rows = []
+    for lib in result.third_party or []:
+        if not isinstance(lib, dict):
+            continue
+        install = lib.get("install")
+        ascend = f"install {install} ({lib.get('paired')})" if install else "no adapter: see the operators' verdicts"
+        ops = "; ".join(f"{e.get('name')} ({e.get('verdict')}, {fmt_percent(e.get('time_share'))})"
+                        for e in lib.get("ops") or [])
+        rows.append([lib.get("library"), lib.get("version_here"), ascend, ops, lib.get("time_share")])
+    return rows
+
+
 @dataclass
 class NumericCheck:
     """One operator family whose upstream torch_npu tests report results differing from the CPU in a

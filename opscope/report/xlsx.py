@@ -212,6 +212,9 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Substitutes", ["operator", "verdict", "substitute (rationale)", "calls", "time share"],
            sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
            verdict_col=1, fills=view.VERDICT_FILLS)
+    libraries = view.third_party_rows(result)
+    if libraries:
+        _sheet(wb, "Third-party", view.THIRD_PARTY_HEADERS, libraries, formats={5: PERCENT})
     if result.memory_fit:   # peak memory per step and the NPU cards it needs
         from opscope.analysis.memory_fit import GIB, one_line
         from opscope.analysis.memory_fit import rows as fit_rows
