@@ -25,7 +25,9 @@ NAMES = ["aten::conv2d", "aten::convolution_backward", "aten::addmm", "aten::mm"
 def synthetic_scan(n_ops: int = 5000, seed: int = 0) -> ScanResult:
     """A ScanResult with ``n_ops`` distinct operator signatures."""
     rng = random.Random(seed)
-    weights = [60, 15, 8, 6, 3, 8]  # native, composite, cpu-fallback, unsupported, n/a, unknown
+    share = {"native": 60, "composite": 15, "adapter": 2, "cpu-fallback": 8, "unsupported": 6, "not-applicable": 3,
+             "unknown": 8}
+    weights = [share.get(v, 0) for v in VERDICTS]   # by name: a verdict added later gets its own share
     operators = []
     for i in range(n_ops):
         name = NAMES[i % len(NAMES)]
