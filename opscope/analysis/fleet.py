@@ -78,8 +78,9 @@ def judge_versions(result, lines: list[str]) -> dict:
 
 
 def _op_time(result) -> float:
-    steady = any(op.steady_time_us is not None for op in result.operators)
-    return float(sum((op.steady_time_us if steady else op.self_time_us) or 0.0 for op in result.operators))
+    from opscope.analysis.verdicts import op_time_basis
+    op_time = op_time_basis(result.operators)[1]
+    return float(sum(op_time(op) for op in result.operators))
 
 
 def aggregate_fleet(records: list[dict], results: dict, lines: list[str], settings: dict | None = None) -> dict:

@@ -109,11 +109,10 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
 def _add_third_party(result: ScanResult) -> None:
     """The third-party libraries section: each library's version here, what to install, its ops (or None)."""
     from opscope.analysis.third_party import library_rows
+    from opscope.analysis.verdicts import op_time_basis
     if not result.operators or not any(op.verdict for op in result.operators):
         return
-    steady = any(op.steady_time_us is not None for op in result.operators)
-    rows = library_rows(result.operators, result.findings,
-                        lambda op: float((op.steady_time_us if steady else op.self_time_us) or 0.0))
+    rows = library_rows(result.operators, result.findings, op_time_basis(result.operators)[1])
     result.third_party = rows or None
 
 

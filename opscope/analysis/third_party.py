@@ -105,12 +105,11 @@ def _version_here(library: str) -> str | None:
         return None
 
 
-def library_rows(operators, findings, op_time, versions=None) -> list[dict]:
+def library_rows(operators, findings, op_time) -> list[dict]:
     """One row per third-party library the scan judged: its version here (or that opscope stood in for it),
     what to install on the Ascend machine for the target, and its operators with verdict and time share.
 
-    ``op_time(op)`` is an operator's time (the readiness summary's basis); ``versions``, if given, replaces
-    looking the libraries up in this environment (tests)."""
+    ``op_time(op)`` is an operator's time (the readiness summary's basis, ``verdicts.op_time_basis``)."""
     total = sum(op_time(op) for op in operators) or 0.0
     stood_in = {str(f.api).split()[1] for f in findings if f.rule == "library-stand-in" and len(str(f.api).split()) > 1}
     rows: dict[str, dict] = {}
@@ -129,8 +128,8 @@ def library_rows(operators, findings, op_time, versions=None) -> list[dict]:
         row["time_share"] += share
     out = []
     for library, row in sorted(rows.items(), key=lambda kv: -kv[1]["time_share"]):
-        version = (versions or {}).get(library) if versions is not None else _version_here(library)
-        row["version_here"] = "not installed: opscope's stand-in ran" if row["stand_in"] else (version or "unknown")
+        row["version_here"] = ("not installed: opscope's stand-in ran" if row["stand_in"]
+                               else _version_here(library) or "unknown")
         row["ops"] = sorted(row["ops"].values(), key=lambda e: -e["time_share"])
         row["time_share"] = round(row["time_share"], 6)
         for entry in row["ops"]:

@@ -23,6 +23,9 @@ of the decomposition and is judged on its own.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from opscope.analysis.third_party import judge_third_party
 from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel, load_optional
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
@@ -278,6 +281,16 @@ def dtype_warnings(op) -> list[str]:
     return out
 
 
+def op_time_basis(operators) -> tuple[bool, Callable[[Any], float]]:
+    """(steady, op_time): an operator's median self time per steady-state step when any step after the first
+    was captured, else its total self time -- the one time basis of the readiness score and its shares."""
+    steady = any(op.steady_time_us is not None for op in operators)
+
+    def op_time(op) -> float:
+        return float((op.steady_time_us if steady else op.self_time_us) or 0.0)
+    return steady, op_time
+
+
 def readiness_summary(result) -> dict:
     """Counts, time shares and a 0-100 readiness score for a ScanResult with verdicts set.
 
@@ -299,10 +312,7 @@ def readiness_summary(result) -> dict:
     """
     from opscope.model import VERDICTS
     ops = list(result.operators)
-    steady = any(op.steady_time_us is not None for op in ops)
-
-    def op_time(op) -> float:
-        return float((op.steady_time_us if steady else op.self_time_us) or 0.0)
+    steady, op_time = op_time_basis(ops)
 
     counts = {v: 0 for v in VERDICTS}
     times = {v: 0.0 for v in VERDICTS}

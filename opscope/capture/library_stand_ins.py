@@ -172,8 +172,8 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module):
-        if module.__name__ == "apex":   # `from apex import amp`: the submodules exist as attributes
-            for sub in self.libraries["apex"][0][1:]:
+        if "." not in module.__name__:   # `from apex import amp`: a package's submodules exist as attributes
+            for sub in self.libraries[module.__name__][0][1:]:
                 importlib.import_module(sub)
         if self.findings is not None and "." not in module.__name__:
             # importlib's frames between here and the import statement are looked through to the script's line

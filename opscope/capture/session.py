@@ -170,9 +170,8 @@ class CaptureSession:
         # torch.autograd.profiler directly: torch.profiler.profile's start probes
         # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.  The class taken when this
         # module was imported: the script's gets a stand-in (user_profiler.py).
-        profile = _TORCH_PROFILE
         use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
-        self.prof = profile(use_device=use_device, record_shapes=True, use_kineto=True)
+        self.prof = _TORCH_PROFILE(use_device=use_device, record_shapes=True, use_kineto=True)
         self.prof.__enter__()
         if self.step_index == 0 and self.module_depth == 0:
             self._open_range("_setup_rf", "opscope.setup")
