@@ -40,6 +40,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "optimizers": dict, "families": dict,
                             "communication": dict, "calibration": dict},
     "third_party.yaml": {"sources": dict, "fallback_rule": dict, "libraries": dict},
+    "glossary.yaml": {"terms": list},
     "runtime_remaps.yaml": {"rules": dict, "device": dict, "stand_in": dict, "torch_self_probes": list,
                             "wrappers": dict},
     "stderr_noise.yaml": {"lines": list},

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from markupsafe import Markup
 
 from opscope.model import VERDICTS, ScanResult, Verification
-from opscope.report import headline, verification_view, view
+from opscope.report import glossary, headline, verification_view, view
 from opscope.resources import templates_dir
 
 TEMPLATE = "report.html.j2"
@@ -207,6 +207,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                                  row[:4] + [view.fmt_percent(row[4])], strict=True))
                         for row in view.third_party_rows(result)],
         "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
+        "glossary": glossary.terms(),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

@@ -61,12 +61,23 @@
       var full = document.createElement("div");
       full.className = "muted";
       full.textContent = details[index];
+      var verdict = rows[index][col.verdict];
+      if (document.getElementById("g-" + verdict)) {   // what the verdict means: the report's glossary
+        var meaning = document.createElement("a");
+        meaning.href = "#g-" + verdict;
+        meaning.className = "glossary-link";
+        meaning.textContent = "what \u201c" + verdict + "\u201d means";
+        full.appendChild(document.createTextNode(" "));
+        full.appendChild(meaning);
+      }
       more.appendChild(summary);
       more.appendChild(full);
       td.appendChild(more);
     } else if (column.key === "verdict") {
-      var badge = document.createElement("span");
+      var badge = document.createElement("a");
       badge.className = "badge v-" + value;
+      badge.href = "#g-" + value;
+      badge.title = "what \u201c" + value + "\u201d means";
       badge.textContent = value;
       td.appendChild(badge);
     } else if (column.key === "share") {
