@@ -11,7 +11,7 @@ from opscope.capture import child
 from opscope.pipeline import analyse_capture
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--plan-fd":   # started ahead of its plan (capture.runner.EarlyChild)
+    if sys.argv[1] == "--plan-fd":   # started ahead of its plan (capture.processes.EarlyChild)
         config = child.await_plan(int(sys.argv[2]))
         if config is None:   # the command ended before the scan began
             sys.exit(0)

@@ -1,18 +1,27 @@
-"""CONTRIBUTING.md's "where things live" map names every package, so a new one gets its line."""
+"""The "where things live" map of docs/internals/architecture.md names every package, so a new one gets its line."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MAP = ROOT / "docs" / "internals" / "architecture.md"
+
+
+def _named_paths() -> list[str]:
+    """Every path in the first column of the map's table (the section "Where things live")."""
+    text = MAP.read_text(encoding="utf-8")
+    section = re.search(r"^## Where things live\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert section, f"{MAP.relative_to(ROOT)} has no '## Where things live' section"
+    first_cells = re.findall(r"^\| (`[^|]+`) \|", section.group(1), re.M)
+    return [name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)]
 
 
 def test_the_map_names_every_package_and_folder():
-    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"^\| `([^`]+)`", text, re.M))
+    named = _named_paths()
     packages = {f"opscope/{p.name}/" for p in (ROOT / "opscope").iterdir() if (p / "__init__.py").exists()}
     folders = {"support_matrix/", "reports/templates/", "bench/", "tests/"}
     missing = sorted(p for p in packages | folders if not any(n.startswith(p.rstrip("/")) for n in named))
-    assert not missing, f"add a line for {missing} to CONTRIBUTING.md"
+    assert not missing, f"add a line for {missing} to {MAP.relative_to(ROOT)}"
     gone = sorted(name for name in named if not (ROOT / name).exists())   # and every path it names exists
-    assert not gone, f"CONTRIBUTING.md names paths that do not exist: {gone}"
+    assert not gone, f"{MAP.relative_to(ROOT)} names paths that do not exist: {gone}"

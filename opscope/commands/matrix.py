@@ -94,8 +94,16 @@ def _parse_op(text: str) -> tuple[str, str | None]:
     if "::" not in name:
         name = f"aten::{name}"
     ns, _, rest = name.partition("::")
+    if _third_party_op(ns, rest):   # a library's Python API recorded by name (apex::amp.scale_loss): no overload
+        return name, None
     base, dot, overload = rest.partition(".")
     return f"{ns}::{base}", (overload if dot else None)
+
+
+def _third_party_op(namespace: str, op: str) -> bool:
+    from opscope.knowledge import load_optional
+    libraries = load_optional("third_party.yaml").get("libraries") or {}
+    return any(lib.get("namespace") == namespace and op in (lib.get("ops") or {}) for lib in libraries.values())
 
 
 def show_rows(op_text: str, target: str | None = None) -> list[dict]:
