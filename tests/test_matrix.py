@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_opscope
 
 from opscope.errors import UserError
 from opscope.matrix.build import build, build_op_plugin, compress_lines, release_line, wheel_facts
@@ -249,3 +250,13 @@ def test_huber_substitute_is_numerically_the_huber_loss():
     x, y = torch.randn(64, 3) * 3, torch.randn(64, 3)
     for delta in (0.5, 1.0, 2.5):
         assert torch.allclose(F.huber_loss(x, y, delta=delta), delta * F.smooth_l1_loss(x, y, beta=delta), atol=1e-6)
+
+
+def test_show_keeps_a_library_api_name_whole():
+    """apex::amp.scale_loss is the name the apex stand-in records (an adapter op), not amp with overload scale_loss."""
+    from opscope.commands.matrix import _parse_op
+    assert _parse_op("apex::amp.scale_loss") == ("apex::amp.scale_loss", None)
+    assert _parse_op("aten::add.Tensor") == ("aten::add", "Tensor")
+    assert _parse_op("torchvision::nms") == ("torchvision::nms", None)
+    proc = run_opscope("matrix", "show", "apex::amp.scale_loss", "--target", "2.6.0")
+    assert proc.returncode == 0 and "adapter" in proc.stdout, proc.stdout + proc.stderr
