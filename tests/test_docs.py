@@ -153,3 +153,22 @@ def test_report_links_verdicts_to_its_glossary(huber_scan):
     for verdict in ("native", "cpu-fallback", "adapter", "unknown"):
         assert f'id="g-{verdict}"' in html
     assert '"#g-" + verdict' in html and '"#g-" + value' in html   # evidence cells and verdict badges link there
+
+
+def _docs_commands() -> list[tuple[str, str]]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [(str(page.relative_to(ROOT)), command) for page in pages
+            for command, _ in shell_examples(page.read_text()) if command.startswith("opscope ")]
+
+
+@pytest.mark.parametrize("page,command", _docs_commands())
+def test_every_documented_command_parses(page, command):
+    """Every `opscope` command a page shows in a ```sh block is accepted by the CLI as written."""
+    from opscope.cli import build_parser
+    argv = shlex.split(command)[1:]
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:   # argparse's way of saying no: one line on stderr
+        pytest.fail(f"{page}: `{command}` is refused by the CLI (exit {exc.code})")
+    assert callable(args.func)
