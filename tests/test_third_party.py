@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, SCRIPTS, has_cuda, load_scan
+
 from opscope.analysis.third_party import adapter_release, judge_third_party
 from opscope.knowledge import load
 
@@ -63,7 +63,7 @@ def test_every_answer_names_its_source():
     for name, library in data["libraries"].items():
         for op, entry in (library.get("ops") or {}).items():
             assert entry["source"] in data["sources"] and entry.get("at"), (name, op)
-            assert entry["verdict"] in ("adapter", "cpu-fallback", "unsupported"), (name, op)
+            assert entry["verdict"] in ("adapter", "composite", "cpu-fallback", "unsupported"), (name, op)
         adapter = library.get("adapter")
         if adapter and adapter.get("releases") is not None:   # a release table: each tag pairs with its own
             assert adapter["source"] in data["sources"] and adapter["releases"]
@@ -293,3 +293,185 @@ def test_a_library_root_cause_gets_the_librarys_own_fix_first():
                       library="mylib/model.py:3")
     _library_fix(plain, know)
     assert plain.suggestion == "general advice." and plain.set_by is None
+
+
+# -- more libraries: xformers, torch_scatter, bitsandbytes, mmcv, deepspeed, triton ------------------------------
+def test_the_third_party_file_loads_with_every_new_library():
+    data = load("third_party.yaml")   # the knowledge schema check
+    assert {"xformers", "torch_scatter", "bitsandbytes", "mmcv", "deepspeed", "triton"} <= set(data["libraries"])
+    for name, library in data["libraries"].items():
+        for op, entry in (library.get("ops") or {}).items():
+            assert not entry.get("inferred") or entry.get("why"), (name, op)   # an inferred verdict says why
+        assert library.get("without", {}).get("verdict", "cpu-fallback") in ("cpu-fallback", "unsupported"), name
+
+
+@pytest.mark.parametrize("target", ["2.6.0", "2.9.0"])
+def test_xformers_attention_has_no_npu_path_at_any_target(target):
+    for name in ("xformers_flash::flash_fwd", "xformers_flash::flash_bwd", "xformers_flash3::flash_fwd",
+                 "xformers::efficient_attention_forward_ck", "xformers::some_other_op"):
+        judged = judge_third_party(name, target)
+        assert judged.verdict == "unsupported" and judged.evidence["library"] == "xformers", name
+    flash = judge_third_party("xformers_flash::flash_fwd", target)
+    assert "npu_fusion_attention" in flash.evidence["detail"]
+    assert flash.evidence["source"].startswith("facebookresearch/xformers@03b91d7d xformers/ops/fmha/flash.py:")
+    assert "SUPPORTED_DEVICES" in flash.evidence["without"]
+    default = judge_third_party("xformers::some_other_op", target)
+    assert "#1237" in default.evidence["detail"] and "npu_fusion_attention" in default.evidence["detail"]
+
+
+@pytest.mark.parametrize("target", ["2.6.0", "2.9.0"])
+def test_torch_scatter_catch_all_ops_fail_and_name_scatter_reduce(target):
+    for op in ("scatter_min", "scatter_max", "scatter_mul", "segment_sum_csr", "segment_max_coo", "gather_csr"):
+        judged = judge_third_party(f"torch_scatter::{op}", target)
+        assert judged.verdict == "unsupported", op
+        assert judged.evidence["source"].startswith("rusty1s/pytorch_scatter@648dda3c csrc/"), op
+    assert "scatter_reduce_" in judge_third_party("torch_scatter::scatter_max", target).evidence["detail"]
+    assert "catch-all" in judge_third_party("torch_scatter::scatter_min", target).evidence["without"]
+
+
+@pytest.mark.parametrize("target", ["2.6.0", "2.9.0"])
+def test_bitsandbytes_ops_by_their_registrations(target):
+    for op in ("dequantize_4bit", "quantize_4bit", "gemv_4bit", "int8_linear_matmul", "optimizer_update_32bit"):
+        judged = judge_third_party(f"bitsandbytes::{op}", target)
+        assert judged.verdict == "composite" and "default" in judged.evidence["detail"], op
+    nf4 = judge_third_party("bitsandbytes::dequantize_4bit", target)
+    assert "multi-backend-refactor" in nf4.evidence["caveat"] and "#1695" in nf4.evidence["caveat"]
+    assert nf4.evidence["source"].startswith("bitsandbytes-foundation/bitsandbytes@0.50.2 ")
+    eight_bit = judge_third_party("bitsandbytes::optimizer_update_8bit_blockwise", target)
+    assert eight_bit.verdict == "cpu-fallback" and "NpuFusedAdamW" in eight_bit.evidence["detail"]
+    assert judge_third_party("bitsandbytes::int8_double_quant", target).verdict == "unsupported"
+
+
+@pytest.mark.parametrize("target", ["2.1.0.post8", "2.9.0"])
+def test_mmcv_npu_ops_need_an_npu_build_of_mmcv_and_the_rest_fail(target):
+    """Keyed by mmcv._ext's function names: the ops opscope records for the pybind calls."""
+    for op in ("nms", "roi_align_forward", "roi_align_backward", "sigmoid_focal_loss_forward", "nms_rotated",
+               "ms_deform_attn_forward", "hard_voxelize_forward", "deform_conv_forward"):
+        judged = judge_third_party(f"mmcv::{op}", target)
+        assert judged.verdict == "adapter", op
+        assert judged.evidence["install"].startswith("mmcv built with its NPU ops (MMCV_WITH_OPS=1 FORCE_NPU=1)"), op
+        assert judged.evidence["adapter_release"] == {"tag": "(source build)"}
+    roi = judge_third_party("mmcv::roi_align_forward", target)
+    assert "float32 only" in roi.evidence["caveat"] and roi.evidence["kernel"] == "ROIAlign"
+    assert roi.evidence["source"] == "open-mmlab/mmcv@a8073c74 mmcv/ops/csrc/pytorch/npu/roi_align_npu.cpp:80"
+    assert "npu_deformable_conv2d" in judge_third_party("mmcv::deform_conv_forward", target).evidence["via"]
+    for op in ("bezier_align_forward", "tin_shift_forward", "carafe_forward", "nms_quadri", "sync_bn_forward_mean"):
+        judged = judge_third_party(f"mmcv::{op}", target)
+        assert judged.verdict == "unsupported" and "no CPU fallback" in judged.evidence["without"], op
+    assert "torch.nn.SyncBatchNorm" in judge_third_party("mmcv::sync_bn_backward_data", target).evidence["detail"]
+    assert judge_third_party("mmcv::softnms", target).verdict == "cpu-fallback"
+    assert judge_third_party("mmcv::upfirdn2d", target).verdict == "composite"
+
+
+@pytest.mark.parametrize("target", ["2.6.0", "2.7.1"])
+def test_deepspeed_builders_on_the_npu_accelerator(target):
+    fused = judge_third_party("deepspeed::FusedAdamBuilder", target)
+    assert fused.verdict == "adapter" and "npu_apply_adam_w" in fused.evidence["via"]
+    assert "not a multi-tensor kernel" in fused.evidence["caveat"]
+    assert fused.evidence["install"].startswith("DeepSpeed's own NPU accelerator")
+    for builder in ("CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder", "AsyncIOBuilder"):
+        assert judge_third_party(f"deepspeed::{builder}", target).verdict == "adapter", builder
+    for builder in ("FusedLambBuilder", "FusedLionBuilder", "TransformerBuilder", "SparseAttnBuilder",
+                    "QuantizerBuilder", "EvoformerAttnBuilder", "RaggedOpsBuilder", "RaggedUtilsBuilder",
+                    "SomeNewBuilder"):
+        judged = judge_third_party(f"deepspeed::{builder}", target)
+        assert judged.verdict == "unsupported", builder
+        assert "had not been implemented on NPU backend" in judged.evidence["detail"] + judged.evidence["without"]
+    assert judge_third_party("deepspeed::FusedLambBuilder", target).evidence["source"] == \
+        "deepspeedai/DeepSpeed@edaa7221 op_builder/npu/no_impl.py:21"
+
+
+def test_triton_kernels_need_the_triton_ascend_paired_with_the_target():
+    paired = judge_third_party("triton::_geglu_tanh_forward_kernel", "2.7.1")
+    assert paired.verdict == "adapter" and paired.evidence["install"] == "triton-ascend 3.2.1"
+    assert paired.evidence["adapter_release"]["cann"] == "9.0"
+    assert "Unified Buffer" in paired.evidence["caveat"] and "#954" in paired.evidence["caveat"]
+    assert paired.evidence["source"].startswith("linkedin/Liger-Kernel#954 ")
+    assert paired.evidence["adapter_source"].startswith("linkedin/Liger-Kernel#1262 ")
+    assert judge_third_party("triton::any_kernel", "2.9.0.post1").evidence["install"] == "triton-ascend 3.2.2"
+    none = judge_third_party("triton::_geglu_tanh_forward_kernel", "2.1.0.post8")
+    assert none.verdict == "unsupported" and none.evidence["rule"] == "third-party-no-adapter-release"
+    assert none.evidence["detail"].startswith("triton-ascend has no release for torch_npu 2.1.0.post8")
+
+
+# -- compiled extension calls (pybind: mmcv._ext), recorded as ops ----------------------------------------------
+MMCV_SITE = SCRIPTS / "third_party" / "mmcv_style" / "site-packages"
+
+
+def test_an_extension_call_keeps_its_result_and_its_exception():
+    import torch
+
+    from opscope.capture.extension_calls import wrap
+
+    def kernel(x, out, scale=1.0):
+        if scale < 0:
+            raise ValueError("negative scale")
+        out.copy_(x * scale)
+        return out.sum().item()
+
+    recorded = wrap(kernel, "opscope_test_ext", "scale_into")
+    x, out = torch.arange(4.0), torch.zeros(4)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        assert recorded(x, out, scale=2.0) == 12.0
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    event = next(e for e in prof.function_events if e.name == "opscope_test_ext::scale_into")
+    assert event.input_shapes == [[4], [4]]
+    assert any(e.name == "aten::mul" and e.cpu_parent is event for e in prof.function_events)   # its work, below it
+    with pytest.raises(ValueError, match="negative scale"):
+        recorded(x, out, scale=-1.0)
+    assert wrap(recorded, "opscope_test_ext", "scale_into") is recorded   # wrapped once
+
+
+@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
+def test_mmcv_style_extension_ops_are_recorded_with_phase_line_and_verdict(tmp_path):
+    """mmcv's ops are pybind calls from autograd Functions: each becomes mmcv::<function> with its tensors' shapes,
+    its phase (the backward call in backward) and the user's line with mmcv's line inside it; judged by the file."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(MMCV_SITE), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "mmcv"
+    proc = subprocess.run([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "third_party" / "mmcv_ops_loop.py"),
+                           "--steps", "3", "--target", "2.6.0", "--out", str(out), "--format", "md", "-q"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_scan(out)
+    ops = {op["name"]: op for op in data["operators"] if op["name"].startswith("mmcv::")}
+    assert set(ops) == {"mmcv::sigmoid_focal_loss_forward", "mmcv::sigmoid_focal_loss_backward", "mmcv::nms",
+                        "mmcv::tin_shift_forward", "mmcv::tin_shift_backward"}
+    forward, backward = ops["mmcv::sigmoid_focal_loss_forward"], ops["mmcv::sigmoid_focal_loss_backward"]
+    assert forward["input_shapes"] == [[8, 5], [8], [0], [8, 5]] and forward["phase"] == "forward"
+    assert backward["phase"] == "backward"
+    assert forward["source"] == "mmcv_ops_loop.py:26" and forward["library"] == "mmcv/ops/focal_loss.py:14"
+    assert {ops[n]["verdict"] for n in ("mmcv::nms", "mmcv::sigmoid_focal_loss_forward")} == {"adapter"}
+    assert "FORCE_NPU=1" in forward["evidence"]["install"]
+    assert ops["mmcv::tin_shift_forward"]["verdict"] == "unsupported"
+    assert "tin_shift" in ops["mmcv::tin_shift_forward"]["evidence"]["detail"]
+    # what the CPU implementation ran below an extension call is not an NPU question, and is not priced
+    inside = [op for op in data["operators"] if (op.get("parent") or "").startswith("mmcv::")]
+    assert inside and all(op["verdict"] in ("not-applicable", "native", "composite") for op in inside)
+    rows = {r["operator"]: r for r in data["npu_estimate"]["rows"]}
+    assert not any(r.startswith("aten::roll") for r in rows)   # tin_shift's CPU kernel, inside the library op
+    assert "mmcv::nms" in rows and "once mmcv built with its NPU ops" in rows["mmcv::nms"]["reason"]
+    (library,) = data["third_party"]
+    assert library["library"] == "mmcv" and {o["name"] for o in library["ops"]} == set(ops)
+    assert "mmcv::tin_shift_forward" in (out / "report.md").read_text()
+
+
+def test_a_cpu_fallback_is_priced_as_host_time_copies_and_a_sync():
+    from opscope.analysis.npu_cost import cost_model
+    from opscope.analysis.npu_estimate import _fallback_transfer_us
+    host = cost_model()["host"]
+    row = {"fallback_bytes": 22.9e6}   # 22.9 MB at the measured 22.9 GB/s: 1 ms, plus one synchronising copy
+    assert _fallback_transfer_us(row, cost_model()) == pytest.approx(1000.0 + host["fallback_sync_us"])
+
+
+@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
+@pytest.mark.skipif(not _torchvision_kernels(), reason="torchvision's C++ ops do not load next to this torch")
+def test_deform_conv2d_runs_as_npu_deformable_conv2d_with_the_adapter(tmp_path):
+    out = tmp_path / "deform"
+    proc = _scan_script(out, SCRIPTS / "third_party" / "deform_conv_loop.py", formats="md")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ops = _torchvision_ops(load_scan(out))
+    assert {"torchvision::deform_conv2d", "torchvision::_deform_conv2d_backward"} <= set(ops)
+    forward = ops["torchvision::deform_conv2d"]
+    assert forward["phase"] == "forward" and forward["library"].startswith("torchvision/ops/deform_conv.py:")
+    # the default target is newer than every torchvision_npu release: torch_npu's CPU fallback, said so
+    assert forward["verdict"] == "cpu-fallback" and "no release for torch_npu" in forward["evidence"]["detail"]

@@ -57,13 +57,22 @@ def _parents(operators) -> dict[str, str | None]:
     return {name: max(c, key=c.__getitem__) for name, c in votes.items()}
 
 
-def _nested_in_priced(op, parent_of: dict, priced: set) -> bool:
+def _nested_in_priced(op, parent_of: dict, priced: set, kernel_ops: frozenset = frozenset()) -> bool:
     parent, seen = op.parent, 0
     while parent and seen < 12:
-        if base_name(parent) in priced:
+        if base_name(parent) in priced or parent in kernel_ops:
             return True
         parent, seen = parent_of.get(parent), seen + 1
     return False
+
+
+THIRD_PARTY_RULES = ("third-party", "third-party-default", "third-party-no-adapter-release")
+
+
+def third_party_kernel(op) -> bool:
+    """A library's op that runs as one kernel on the NPU (an adapter's, or the CPU fallback's, or none):
+    what the scan recorded below it is the scanning machine's implementation, never an NPU kernel."""
+    return (op.evidence or {}).get("rule") in THIRD_PARTY_RULES and op.verdict != "composite"
 
 
 def _batch(operators, calls=None) -> dict:
@@ -152,9 +161,10 @@ def _build_basis(operators, steps, calls=None) -> dict:
     priced = set(model.get("aten") or {})
     steady = _steady(steps)
     parent_of = _parents(operators)
+    kernel_ops = frozenset(op.name for op in operators if third_party_kernel(op))
     candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
                   and not op.import_time and base_name(op.name) not in views
-                  and not _nested_in_priced(op, parent_of, priced)]
+                  and not _nested_in_priced(op, parent_of, priced, kernel_ops)]
     wanted = {op.name for op in candidates}
     counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
     dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
@@ -178,6 +188,9 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
     reasons: list[dict] = []
     if entry:
         kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
+    elif third_party_kernel(op):
+        kernels, reason = _third_party_kernels(op)
+        reasons.append(reason)
     else:
         kernels = model_elementwise(op, [f"{name} (generic)"])
         reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
@@ -194,15 +207,56 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
         inserted = transdata(op, rule, kernels)
     inserted_910a = nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
     reasons += _run_reasons(op, dynamic_shapes)
-    return {"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
+    fallback = op.verdict == "cpu-fallback"
+    row = {"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,
             "dtypes": op.dtypes, "phase": op.phase, "source": op.source, "calls_per_step": per_step,
             "launches_per_step": per_step * launches,
-            "cpu_time_us": op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
-            "fallback": op.verdict == "cpu-fallback",
+            "cpu_time_us": _cpu_time_per_step(op, per_step) if fallback and third_party_kernel(op)
+            else op.steady_time_us if op.steady_time_us is not None else op.self_time_us,
+            "fallback": fallback,
             "kernels": [_kernel_dict(k) for k in kernels],
             "transdata": [_kernel_dict(k) for k in inserted],
             "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
             "reasons": reasons}
+    if op.library:   # the library call a user can act on (torchvision/ops/roi_align.py:NNN)
+        row["library"] = op.library
+    if fallback:   # what crosses to the host and back each call
+        row["fallback_bytes"] = _tensor_bytes(op.input_shapes, op.dtypes) + _tensor_bytes(op.output_shapes, op.dtypes)
+    return row
+
+
+def _third_party_kernels(op) -> tuple[list[Kernel], dict]:
+    """A library op on the NPU: the adapter's kernel (``kernel`` in third_party.yaml), priced as one vector kernel
+    over its tensors; with no kernel named, the torch_npu API it runs as, priced the same way."""
+    evidence = op.evidence or {}
+    kernel = evidence.get("kernel") or evidence.get("via") or f"{base_name(op.name)} (library kernel)"
+    kernels = model_elementwise(op, [str(kernel).split(" ")[0] if evidence.get("kernel") else f"{base_name(op.name)} "
+                                     "(library kernel)"])
+    if op.verdict == "adapter":
+        text = (f"runs as {kernel} once {evidence.get('install') or evidence.get('adapter') or 'its adapter'} is "
+                "installed (priced as one vector kernel over its tensors)")
+    elif op.verdict == "cpu-fallback":
+        text = "a library op with no NPU kernel: torch_npu runs it on the host (priced below as host time)"
+    else:
+        text = f"cannot run on the NPU ({op.verdict}): priced as one vector kernel until it is replaced"
+    return kernels, {"kind": "third-party", "text": text, "fix": evidence.get("install", "")
+                     and f"install {evidence['install']}"}
+
+
+def _cpu_time_per_step(op, per_step: float) -> float:
+    """A library op's whole CPU time (its kernel's ATen calls were recorded below it): per step, steady."""
+    total = float(op.total_time_us or 0.0)
+    steps = max(len(set(op.steps or [])), 1)
+    return total / steps if per_step else 0.0
+
+
+def _tensor_bytes(shapes, dtypes) -> float:
+    total = 0.0
+    for i, shape in enumerate(shapes or []):
+        dtype = dtypes[i] if dtypes and i < len(dtypes) else "float"
+        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
+            total += numel(shape) * dtype_bytes(str(dtype))
+    return total
 
 
 def _foreach(op, name: str, kernels: list[Kernel], model: dict, foreach_launches: set) -> float:
@@ -272,6 +326,14 @@ def _kernels(items) -> list[Kernel]:
     return [Kernel(**k) for k in items]
 
 
+def _fallback_transfer_us(row: dict, model: dict) -> float:
+    """Per call: the operator's tensors over PCIe (both ways) and one synchronising copy's latency."""
+    host = model.get("host") or {}
+    gbps = float(host.get("fallback_copy_gbps") or 0.0)
+    moved = float(row.get("fallback_bytes") or 0.0)
+    return (moved / (gbps * 1e3) if gbps else 0.0) + float(host.get("fallback_sync_us") or 0.0)
+
+
 def price(basis: dict, chip: str | None = None, factors: dict | None = None,
           world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> dict:
     """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
@@ -296,8 +358,8 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
         by_type["TransData"] += transdata
         host = float(row.get("launches_per_step") or 0) * launch_us
-        if row.get("fallback"):
-            host += float(row.get("cpu_time_us") or 0)
+        if row.get("fallback"):   # host time, the copies each way and the sync that waits for them
+            host += float(row.get("cpu_time_us") or 0) + _fallback_transfer_us(row, model) * n
             units = defaultdict(float)
         device = sum(units.values()) + transdata
         for unit, t in units.items():
@@ -313,7 +375,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
                             "fix": (model.get("transdata") or {}).get("fix", "")})
         rows.append({"kind": "operator", "operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
                      "input_shapes": row.get("input_shapes"), "dtypes": row.get("dtypes"), "phase": row.get("phase"),
-                     "source": row.get("source"), "calls_per_step": round(n, 2),
+                     "source": row.get("source"), "library": row.get("library"), "calls_per_step": round(n, 2),
                      "kernels": ", ".join(dict.fromkeys(k.type for k in kernels)),
                      "npu_time_us": round(device, 2), "cube_us": round(units["cube"] + units["fa"], 2),
                      "vector_us": round(units["vector"] + units["dma"], 2), "aicpu_us": round(units["aicpu"], 2),

@@ -16,7 +16,8 @@ from opscope.matrix.judge import Judgement
 
 def _library_of(namespace: str) -> tuple[str, dict] | None:
     for name, library in (load_optional("third_party.yaml").get("libraries") or {}).items():
-        if library.get("namespace") == namespace:
+        names = library.get("namespace")
+        if namespace == names or (isinstance(names, list) and namespace in names):   # one, or a list (xformers)
             return name, library
     return None
 
@@ -54,7 +55,8 @@ def adapter_release(adapter: dict, torch_npu: str) -> tuple[dict | None, str]:
 def _sourced(data: dict, entry: dict) -> str:
     source = (data.get("sources") or {}).get(entry.get("source"), {})
     pin = str(source.get("commit", ""))[:8] or str(source.get("version", ""))
-    repo = f"{source.get('repo')}@{pin}" if source else entry.get("source", "")
+    thread = f"#{source['issue']}" if source.get("issue") else ""   # an issue or pull-request thread
+    repo = f"{source.get('repo')}{thread or '@' + pin}" if source else entry.get("source", "")
     return f"{repo} {entry.get('at', '')}".strip()
 
 
@@ -74,10 +76,12 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
                       "without_source": _sourced(data, without) if without else ""}
     if entry is None:
         default = library.get("default") or {"verdict": "unknown", "detail": "not in the file"}
-        return Judgement(default["verdict"], {**evidence, "rule": "third-party-default",
-                                              "detail": f"{name}: {default.get('detail', '')}"})
+        if default["verdict"] != "adapter":
+            return Judgement(default["verdict"], {**evidence, "rule": "third-party-default",
+                                                  "detail": f"{name}: {default.get('detail', '')}"})
+        entry = default   # the library's answer for every op (triton: triton-ascend compiles its kernels)
     evidence.update({"rule": "third-party", "source": _sourced(data, entry)})
-    for key in ("kernel", "caveat", "detail", "via"):
+    for key in ("kernel", "caveat", "detail", "via", "inferred", "why"):   # inferred: read from code, with why
         if entry.get(key):
             evidence[key] = entry[key]
     if entry["verdict"] != "adapter":
@@ -86,8 +90,9 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
     release, how = adapter_release(adapter, torch_npu)
     evidence.update({"adapter": adapter.get("package"), "adapter_source": _sourced(data, adapter), "paired": how})
     if release is None:   # the adapter cannot be installed with this torch_npu: torch_npu's answer stands
-        return Judgement("cpu-fallback", {**evidence, "rule": "third-party-no-adapter-release",
-                                          "detail": f"{how}: {without.get('text', 'no NPU kernel')}"})
+        verdict = without.get("verdict", "cpu-fallback")   # unsupported where nothing falls back (triton)
+        return Judgement(verdict, {**evidence, "rule": "third-party-no-adapter-release",
+                                   "detail": f"{how}: {without.get('text', 'no NPU kernel')}"})
     built = release.get("tag") == "(source build)"
     evidence.update({"install": adapter.get("name", adapter["package"]) if built else f"{adapter['package']} "
                                                                                        f"{release['tag']}",

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from opscope.atomic import write_atomic
+from opscope.capture.extension_calls import install_extension_recording
 from opscope.capture.library_stand_ins import install_library_stand_ins
 from opscope.capture.loaders import install_dataloader_tagging
 from opscope.capture.patches import Restore
@@ -157,6 +158,7 @@ class CaptureSession:
         self._hooks += install_dataloader_tagging(self)
         self._hooks += install_range_tracking(self)
         self._hooks += install_script_profiler_stand_in(self.findings)
+        self._hooks += install_extension_recording()   # pybind extension calls (mmcv._ext, amp_C) as ops
         if self.remapper is not None:   # standing in for the GPU machine: its GPU-only libraries too
             self._hooks += install_library_stand_ins(self.findings)
         self.tracker.__enter__()

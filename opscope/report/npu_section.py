@@ -66,7 +66,10 @@ def _build(est: dict, top: int | None) -> Section | None:
     ranked = est.get("rows") or []
     shown = ranked if top is None else ranked[:top]
     for i, r in enumerate(shown, start=1):
-        rows.append([i, r["operator"], r.get("source") or "-", _ms(r["npu_time_us"]), r.get("kernels") or "",
+        where = r.get("source") or "-"
+        if r.get("library") and r["library"] != r.get("source"):   # the library call inside the user's line
+            where = f"{where} (in {r['library']})"
+        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), r.get("kernels") or "",
                      r.get("reason") or "", r.get("fix") or ""])
     calibration = [str(v) for v in (est.get("calibration") or {}).values()]
     return Section(title=f"What will be slow on {chip} (estimate)", sentences=sentences, calibration=calibration,
