@@ -187,8 +187,12 @@ def test_hf_trainer_padding_collator_is_the_root_cause(tmp_path, padding):
     assert "transformers/data/data_collator.py" in rc["set_by"]
     assert 'padding="max_length"' in rc["suggestion"] and "pad_to_multiple_of" in rc["suggestion"]
     assert "built by Hugging Face Trainer at transformers/trainer.py:" in rc["evidence"]
-    # the line shown first is the Trainer's, which builds the loader (not accelerate's wrapper in it)
-    assert rc["library"].startswith("transformers/trainer.py:") and rc["source"] == entry
+    # the line to change is the collator's, which the user built and handed to the Trainer; the library line is
+    # the Trainer's, which builds the loader from it (not accelerate's wrapper in it)
+    collator = line("hf_trainer_padding.py", "collator = DataCollatorWithPadding(")
+    assert rc["source"] == collator, rc
+    assert f"the collator was built at {collator}, the DataLoader under {entry}" in rc["evidence"]
+    assert rc["library"].startswith("transformers/trainer.py:")
 
 
 def test_pad_sequence_in_a_collate_function_is_named(tmp_path):

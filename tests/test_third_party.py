@@ -475,3 +475,41 @@ def test_deform_conv2d_runs_as_npu_deformable_conv2d_with_the_adapter(tmp_path):
     assert forward["phase"] == "forward" and forward["library"].startswith("torchvision/ops/deform_conv.py:")
     # the default target is newer than every torchvision_npu release: torch_npu's CPU fallback, said so
     assert forward["verdict"] == "cpu-fallback" and "no release for torch_npu" in forward["evidence"]["detail"]
+
+
+def test_the_xformers_stand_in_matches_causal_sdpa_forward_and_backward():
+    import torch
+    import torch.nn.functional as F
+
+    from opscope.capture.library_stand_ins import LowerTriangularMask, memory_efficient_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 4, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = memory_efficient_attention(q, k, v, attn_bias=LowerTriangularMask())
+    ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+    assert torch.allclose(out, ref, atol=1e-10)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    assert all(torch.allclose(g, e, atol=1e-9) for g, e in zip(grads, expected, strict=True))
+    with pytest.raises(NotImplementedError, match="LowerTriangularMask"):
+        memory_efficient_attention(q, k, v, attn_bias=torch.zeros(2, 4, 8, 8))
+
+
+@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
+def test_a_guarded_xformers_import_runs_the_gpu_path_and_is_judged(tmp_path):
+    import importlib.util
+    if importlib.util.find_spec("xformers") is not None:
+        pytest.skip("xformers is installed here: never stood in for")
+    out = tmp_path / "xformers"
+    proc = _scan_script(out, SCRIPTS / "third_party" / "xformers_guarded.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "xformers=True" in proc.stdout   # the script took its GPU path
+    data = load_scan(out)
+    ops = {op["name"]: op for op in data["operators"] if op["name"].startswith("xformers::")}
+    assert set(ops) == {"xformers::efficient_attention_forward", "xformers::efficient_attention_backward"}
+    assert ops["xformers::efficient_attention_forward"]["phase"] == "forward"
+    assert ops["xformers::efficient_attention_backward"]["phase"] == "backward"
+    assert {op["verdict"] for op in ops.values()} == {"unsupported"}
+    assert "npu_fusion_attention" in ops["xformers::efficient_attention_forward"]["evidence"]["detail"]
+    assert any(f["rule"] == "library-stand-in" and "xformers" in f["api"] for f in data["findings"])
+    (library,) = data["third_party"]
+    assert library["library"] == "xformers" and library["stand_in"]

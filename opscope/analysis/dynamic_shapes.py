@@ -349,7 +349,7 @@ def _root(roots: dict, oid: int, origins: dict, produced: dict, changed: dict, f
     if related:
         evidence += (f"; {', '.join(related)} pass(es) on the same varying size in the same steps (shape flow) "
                      "and are fixed with it")
-    set_by, varied, library = None, "", meta.get("library")
+    set_by, varied, library, source = None, "", meta.get("library"), meta["where"]
     if meta["kind"] == "loader":
         info = _loader_info(meta, dataloaders)
         named = _name_dims(dims, shape_sets, know)
@@ -357,10 +357,25 @@ def _root(roots: dict, oid: int, origins: dict, produced: dict, changed: dict, f
         set_by, suggestion, extra, built_at = _loader_advice(kind, meta, info, named, suggestion, know)
         evidence += extra
         library = built_at or library
-    rc = roots[oid] = RootCause(source=meta["where"], cause=CAUSE_OF_KIND.get(kind, "input-varies"), kind=kind,
+        collator_line = _collator_line(kind, info, set_by, source)
+        if collator_line:   # the user's object that sets the size, built on its own line: the line to change
+            evidence += f"; the collator was built at {collator_line}, the DataLoader under {source}"
+            source = collator_line
+    rc = roots[oid] = RootCause(source=source, cause=CAUSE_OF_KIND.get(kind, "input-varies"), kind=kind,
                                 varying_dims=dims, suggestion=suggestion, evidence=evidence, related=related,
                                 library=library, set_by=set_by, varied=varied)
     return rc
+
+
+def _collator_line(kind: str, info: dict, set_by: str | None, loader_line: str | None) -> str | None:
+    """The user's line that built the collator setting a varying size, when it is not the loader's line (a
+    DataCollatorWithPadding handed to a Trainer, which builds the DataLoader inside trainer.train()).  A
+    partial last batch is the loader's to fix (drop_last), so it keeps the loader's line."""
+    collate = info.get("collate") or {}
+    built_at = collate.get("built_at")
+    if kind == "partial-batch" or not built_at or built_at == loader_line or not set_by:
+        return None
+    return built_at if set_by.startswith(str(collate.get("name"))) else None
 
 
 def _name_dims(dims: list, shape_sets: list, know: dict) -> list[dict]:

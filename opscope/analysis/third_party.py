@@ -85,7 +85,9 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
         if entry.get(key):
             evidence[key] = entry[key]
     if entry["verdict"] != "adapter":
-        return Judgement(entry["verdict"], evidence)
+        # composite: the library's own torch code runs on the NPU (bitsandbytes' default kernels): its children
+        # are the ops that run there, judged on their own
+        return Judgement(entry["verdict"], evidence, "decomposes" if entry["verdict"] == "composite" else "kernel")
     adapter = library.get("adapter") or {}
     release, how = adapter_release(adapter, torch_npu)
     evidence.update({"adapter": adapter.get("package"), "adapter_source": _sourced(data, adapter), "paired": how})

@@ -14,9 +14,6 @@ the same arguments and its return value (or exception) is passed on.
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -111,51 +108,13 @@ def wrap_module(module, namespace: str, prefix: str) -> int:
     return count
 
 
-class _WrappingLoader(importlib.abc.Loader):
-    def __init__(self, loader, namespace: str, prefix: str):
-        self.loader, self.namespace, self.prefix = loader, namespace, prefix
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        wrap_module(module, self.namespace, self.prefix)
-
-
-class _ExtensionFinder(importlib.abc.MetaPathFinder):
-    """Finds an extension module as Python would, and wraps its functions once it has loaded."""
-
-    def __init__(self, modules: dict[str, tuple[str, str]]):
-        self.modules = modules
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.modules:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _WrappingLoader(spec.loader, *self.modules[fullname])
-                return spec
-        return None
-
-
 def install_extension_recording() -> list:
     """Wrap the extension modules named in the data as they are imported (and any already imported)."""
-    modules = extension_modules()
-    if not modules:
-        return []
-    for name, (namespace, prefix) in modules.items():
-        if name in sys.modules:
-            wrap_module(sys.modules[name], namespace, prefix)
-    finder = _ExtensionFinder(modules)
-    sys.meta_path.insert(0, finder)
+    from functools import partial
 
-    class _Undo:
-        def remove(self):
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-    return [_Undo()]
+    from opscope.capture.import_hooks import after_import
+
+    def wrap_all(module, namespace: str, prefix: str) -> None:
+        wrap_module(module, namespace, prefix)
+    return after_import({name: partial(wrap_all, namespace=namespace, prefix=prefix)
+                         for name, (namespace, prefix) in extension_modules().items()})

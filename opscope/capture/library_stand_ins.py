@@ -1,6 +1,7 @@
 """GPU-only libraries that cannot be installed here, stood in so the script runs its GPU path.
 
-``flash-attn`` has no wheel without CUDA, NVIDIA ``apex`` is not on PyPI at all (``apex_stand_in.py``).  A script that imports it dies at import, and one that guards the
+``flash-attn`` has no wheel without CUDA, NVIDIA ``apex`` is not on PyPI at all (``apex_stand_in.py``), and
+``xformers`` is often not installed on a CPU machine.  A script that imports it dies at import, and one that guards the
 import (``try: from flash_attn import flash_attn_func`` / ``except ImportError:`` SDPA) is scanned on its
 fallback path, not the program that runs on the GPU.  When the library is not installed, the scan serves
 a module with the same Python API, computed with PyTorch's SDPA on the CPU, whose work is recorded under
@@ -71,21 +72,21 @@ def _attention_backward(dout, q, k, v, softmax_scale: float, causal: bool):
 _OPS: dict = {}
 
 
-def _flash_ops():
-    """``flash_attn::_flash_attn_forward`` and ``_flash_attn_backward`` as custom ops (CPU: SDPA), with autograd."""
-    if _OPS:
-        return _OPS["forward"]
+def _sdpa_ops(forward_name: str, backward_name: str):
+    """Custom ops ``forward_name`` / ``backward_name`` (CPU: SDPA and its written-out backward), with autograd:
+    a library's attention kernel recorded under the library's own op names."""
+    if forward_name in _OPS:
+        return _OPS[forward_name]
     import torch
     from torch.library import custom_op
 
     args = "Tensor q, Tensor k, Tensor v, float dropout_p, float softmax_scale, bool causal"
 
-    @custom_op("flash_attn::_flash_attn_forward", mutates_args=(), device_types="cpu", schema=f"({args}) -> Tensor")
+    @custom_op(forward_name, mutates_args=(), device_types="cpu", schema=f"({args}) -> Tensor")
     def forward(q, k, v, dropout_p, softmax_scale, causal):
         return _attention(q, k, v, softmax_scale, causal)   # attention dropout is not applied (stand-in)
 
-    @custom_op("flash_attn::_flash_attn_backward", mutates_args=(), device_types="cpu",
-               schema=f"(Tensor dout, {args}) -> Tensor[]")
+    @custom_op(backward_name, mutates_args=(), device_types="cpu", schema=f"(Tensor dout, {args}) -> Tensor[]")
     def backward(dout, q, k, v, dropout_p, softmax_scale, causal):
         return _attention_backward(dout, q, k, v, softmax_scale, causal)
 
@@ -103,8 +104,13 @@ def _flash_ops():
     forward.register_fake(lambda q, k, v, *args: torch.empty_like(q))   # --mode fake: shapes only
     backward.register_fake(lambda dout, q, k, v, *args: [torch.empty_like(q), torch.empty_like(k),
                                                          torch.empty_like(v)])
-    _OPS["forward"] = forward
+    _OPS[forward_name] = forward
     return forward
+
+
+def _flash_ops():
+    """``flash_attn::_flash_attn_forward`` and ``_flash_attn_backward``, as flash-attn >= 2.6 registers them."""
+    return _sdpa_ops("flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_backward")
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -136,6 +142,34 @@ def _flash_attn_module(name: str) -> types.ModuleType:
     return module
 
 
+class LowerTriangularMask:
+    """xformers' causal mask (``xformers.ops.LowerTriangularMask()``), as an attention bias."""
+
+
+def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None, output_dtype=None):
+    """xformers' ``memory_efficient_attention`` (query, key, value: batch x seqlen x heads x dim), run with SDPA.
+
+    Recorded as ``xformers::efficient_attention_forward`` / ``_backward``: xformers has no NPU path, and
+    ``support_matrix/third_party.yaml`` says what replaces it (``torch_npu.npu_fusion_attention``)."""
+    causal = isinstance(attn_bias, LowerTriangularMask)
+    if attn_bias is not None and not causal:
+        raise NotImplementedError("opscope's xformers stand-in runs memory_efficient_attention with no bias or a "
+                                  "LowerTriangularMask; scan on a GPU with xformers installed for other biases")
+    scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
+    ops = _sdpa_ops("xformers::efficient_attention_forward", "xformers::efficient_attention_backward")
+    out = ops(query, key, value, float(p), scale, causal)
+    return out.to(output_dtype) if output_dtype is not None else out
+
+
+def _xformers_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "opscope's CPU stand-in for xformers (not installed here): SDPA")
+    module.__version__ = "0.0.35+opscope.stand-in"   # type: ignore[attr-defined]
+    if name in ("xformers.ops", "xformers.ops.fmha", "xformers.ops.fmha.attn_bias"):
+        module.memory_efficient_attention = memory_efficient_attention   # type: ignore[attr-defined]
+        module.LowerTriangularMask = LowerTriangularMask   # type: ignore[attr-defined]
+    return module
+
+
 def _apex_module(name: str) -> types.ModuleType:
     from opscope.capture import apex_stand_in
     module = types.ModuleType(name, "opscope's CPU stand-in for NVIDIA apex (not installed here)")
@@ -147,7 +181,9 @@ def _apex_module(name: str) -> types.ModuleType:
 
 # top-level package -> (its modules, builder)
 _LIBRARIES = {"flash_attn": (("flash_attn", "flash_attn.flash_attn_interface"), _flash_attn_module),
-              "apex": (("apex", "apex.amp", "apex.optimizers", "apex.normalization"), _apex_module)}
+              "apex": (("apex", "apex.amp", "apex.optimizers", "apex.normalization"), _apex_module),
+              "xformers": (("xformers", "xformers.ops", "xformers.ops.fmha", "xformers.ops.fmha.attn_bias"),
+                           _xformers_module)}
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -159,16 +195,20 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.partition(".")[0]
         if top in self.libraries and fullname in self.libraries[top][0]:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname == top)
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=self._is_package(fullname))
         return None
+
+    def _is_package(self, name: str) -> bool:
+        return any(other.startswith(name + ".") for other in self.libraries[name.partition(".")[0]][0])
 
     def create_module(self, spec):
         top = spec.name.partition(".")[0]
         module = self.libraries[top][1](spec.name)
-        if spec.name == top:
+        if self._is_package(spec.name):
             module.__path__ = []   # type: ignore[attr-defined]   # a package: its submodules import too
-        else:   # `import apex.amp` binds it on the package too
-            setattr(sys.modules[top], spec.name.rpartition(".")[2], module)
+        if spec.name != top:   # `import apex.amp` binds it on its package too
+            parent, _, child = spec.name.rpartition(".")
+            setattr(sys.modules[parent], child, module)
         return module
 
     def exec_module(self, module):

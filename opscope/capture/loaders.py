@@ -54,7 +54,11 @@ def describe_callable(fn, user_code) -> dict | None:
             settings[attr] = _plain(getattr(target, attr))
     if isinstance(fn, functools.partial):
         settings.update({k: _plain(v) for k, v in fn.keywords.items() if k in (_knowledge().get("collate_settings") or [])})
-    return {"name": name, "module": module, "where": where, "settings": settings}
+    described = {"name": name, "module": module, "where": where, "settings": settings}
+    built_at = None if is_function else getattr(target, BUILT_AT, None)
+    if built_at:
+        described["built_at"] = built_at
+    return described
 
 
 def describe_sampler(loader) -> dict | None:
@@ -173,4 +177,52 @@ def install_dataloader_tagging(session) -> list:
     _BaseDataLoaderIter.__next__ = next_   # type: ignore[method-assign]
     _BaseDataLoaderIter.__init__ = iter_init   # type: ignore[method-assign,assignment]
     return [Restore(DataLoader, "__init__", orig_init), Restore(_BaseDataLoaderIter, "__next__", orig_next),
-            Restore(_BaseDataLoaderIter, "__init__", orig_iter_init)]
+            Restore(_BaseDataLoaderIter, "__init__", orig_iter_init), *install_collator_sites(session)]
+
+
+BUILT_AT = "_opscope_built_at"   # the user's line that built a collator (see install_collator_sites)
+
+
+def install_collator_sites(session) -> list:
+    """Each collator class that sets batch shapes (``shape_setters`` with a ``module`` in
+    ``dynamic_shapes.yaml``) remembers the user's line that built it, so a root cause it sets points at the
+    ``DataCollatorWithPadding(...)`` line, not at the ``trainer.train()`` that built the DataLoader from it."""
+    from opscope.capture.import_hooks import after_import
+    classes: dict[str, list[str]] = {}
+    for name, spec in (_knowledge().get("shape_setters") or {}).items():
+        if isinstance(spec, dict) and spec.get("module"):
+            classes.setdefault(spec["module"], []).append(name)
+    restores: list = []
+
+    def patch(module) -> None:
+        for name in classes.get(module.__name__, []):
+            cls = getattr(module, name, None)
+            init = vars(cls).get("__init__") if isinstance(cls, type) else None
+            if init is not None and not hasattr(init, "__opscope__"):
+                restores.append(Restore(cls, "__init__", init))
+                setattr(cls, "__init__", _remembering(init, session))   # noqa: B010 - a class's own __init__
+
+    return [*after_import({module: patch for module in classes}), _RestoreAll(restores)]
+
+
+def _remembering(init, session):
+    def remembering_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if getattr(self, BUILT_AT, None) is None:   # the outermost constructor's caller, once
+            where, _ = construction_site(session.user_code, sys._getframe(1))
+            try:
+                object.__setattr__(self, BUILT_AT, where)
+            except (AttributeError, TypeError):   # a class with __slots__: no line, nothing else changes
+                pass
+    remembering_init.__opscope__ = True   # type: ignore[attr-defined]
+    remembering_init.__wrapped__ = init   # type: ignore[attr-defined]
+    return remembering_init
+
+
+class _RestoreAll:
+    def __init__(self, restores: list):
+        self.restores = restores
+
+    def remove(self) -> None:
+        for restore in reversed(self.restores):
+            restore.remove()
