@@ -513,3 +513,16 @@ def test_a_guarded_xformers_import_runs_the_gpu_path_and_is_judged(tmp_path):
     assert any(f["rule"] == "library-stand-in" and "xformers" in f["api"] for f in data["findings"])
     (library,) = data["third_party"]
     assert library["library"] == "xformers" and library["stand_in"]
+
+
+def test_an_unknown_library_is_named_with_its_version_here():
+    """A namespace neither the matrix nor the file knows stays unknown, naming the library and its version here."""
+    from opscope.analysis.verdicts import assign_verdicts
+    from opscope.model import Operator
+    ops = [Operator(name="pytest::fused_thing", overload=None), Operator(name="mylab_never_installed::op", overload=None)]
+    assign_verdicts(ops, "2.6.0")
+    import pytest as installed
+    assert ops[0].verdict == "unknown" and ops[0].evidence["library_version"] == installed.__version__
+    assert f"the pytest library ({installed.__version__} here)" in ops[0].evidence["detail"]
+    assert ops[1].verdict == "unknown" and ops[1].evidence["library_version"] is None
+    assert "the mylab_never_installed namespace" in ops[1].evidence["detail"]

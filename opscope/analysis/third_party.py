@@ -103,7 +103,7 @@ def judge_third_party(name: str, torch_npu: str) -> Judgement | None:
     return Judgement("adapter", evidence)
 
 
-def _version_here(library: str) -> str | None:
+def version_here(library: str) -> str | None:
     """The installed distribution's version (``flash_attn`` finds ``flash-attn``); None when not installed."""
     from importlib import metadata
     try:
@@ -136,7 +136,7 @@ def library_rows(operators, findings, op_time) -> list[dict]:
     out = []
     for library, row in sorted(rows.items(), key=lambda kv: -kv[1]["time_share"]):
         row["version_here"] = ("not installed: opscope's stand-in ran" if row["stand_in"]
-                               else _version_here(library) or "unknown")
+                               else version_here(library) or "unknown")
         row["ops"] = sorted(row["ops"].values(), key=lambda e: -e["time_share"])
         row["time_share"] = round(row["time_share"], 6)
         for entry in row["ops"]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opscope.analysis.third_party import judge_third_party
+from opscope.analysis.third_party import judge_third_party, version_here
 from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel, load_optional
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
@@ -166,11 +166,13 @@ class _Context:
         third_party = judge_third_party(name, self.release.version)   # a library's op: Ascend's answer
         if third_party is not None:
             return third_party
-        return Judgement("unknown", {**evidence, "rule": "namespace-not-covered",
-                                     "detail": f"the matrix covers ATen (aten::), torch_npu custom ops and "
-                                               f"c10d collectives, not the {ns or '(none)'} namespace: "
-                                               f"check {name} by hand (a custom TORCH_LIBRARY op needs its "
-                                               "own NPU kernel)"}, "decomposes")
+        installed = version_here(ns) if ns else None
+        library = f"the {ns} library ({installed} here)" if installed else f"the {ns or '(none)'} namespace"
+        return Judgement("unknown", {**evidence, "rule": "namespace-not-covered", "library_version": installed,
+                                     "detail": f"neither the matrix (ATen, torch_npu custom ops, c10d collectives) "
+                                               f"nor support_matrix/third_party.yaml covers {library}: "
+                                               f"check {name} by hand at its call site (a custom TORCH_LIBRARY "
+                                               "op needs its own NPU kernel)"}, "decomposes")
 
     def covering_kernel(self, op) -> tuple[str, Judgement] | None:
         """The nearest ancestor whose kernel replaces this op's subtree on the NPU (or falls back whole)."""
