@@ -13,7 +13,7 @@ def register(sub) -> None:
                        description="The support matrix lists, per torch_npu release line, the ATen overloads "
                                    "registered for the NPU (from the wheels' registration yaml), op-plugin's "
                                    "version ranges and the dtype failures of upstream tests.")
-    actions = p.add_subparsers(dest="matrix_action", metavar="{build,show,versions}")
+    actions = p.add_subparsers(dest="matrix_action", metavar="{build,show,versions,plan}")
     b = actions.add_parser("build", help="regenerate support_matrix/ from torch_npu wheels and op-plugin yaml",
                            description="Regenerate the committed matrix files from the real sources. "
                                        "Rebuilding from the same sources is byte-for-byte identical.")
@@ -42,6 +42,16 @@ def register(sub) -> None:
                            description="List every exact torch_npu release the matrix has, with the torch it is "
                                        "built for and how many ATen overloads it registers.")
     _print_options(v, "the list")
+    pl = actions.add_parser("plan", help="the torch_npu releases that run a scan's operators, and what to install",
+                            description="Judge a scan's operators on every torch_npu release of the matrix: the "
+                                        "oldest and newest release on which none falls back (or the fewest do), "
+                                        "the first release that runs each blocking operator, the torch / Python / "
+                                        "CANN each pairs with (support_matrix/release_pairs.yaml), what in this "
+                                        "environment and the project's requirement files must change, and the "
+                                        "install commands.")
+    pl.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by `opscope scan` (or its scan.json)")
+    pl.add_argument("--target", type=non_empty, help="plan this torch_npu release instead of the recommended one")
+    _print_options(pl, "the plan")
     p.set_defaults(func=run)
 
 
@@ -59,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
         return run_show(args)
     if args.matrix_action == "versions":
         return run_versions(args)
+    if args.matrix_action == "plan":
+        return run_plan(args)
     raise UserError("say what to do: `opscope matrix build ...`, `opscope matrix show aten::gelu` "
-                    "or `opscope matrix versions`")
+                    "`opscope matrix versions` or `opscope matrix plan RUN_DIR`")
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -210,3 +222,95 @@ def run_versions(args: argparse.Namespace) -> int:
         print(f"{row['version']:<16}{row['torch'] or '-':<9}{row['aten_overloads']:>6}{row['custom_ops']:>8}  "
               + "; ".join(notes))
     return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from opscope.analysis.release_plan import plan_for
+    from opscope.report.terminal import make_console
+    from opscope.schema import load_scan
+    result = load_scan(args.run_dir)   # InputError (exit 2, one line) on a bad RUN_DIR
+    plan = plan_for(result, target=args.target)
+    if args.out:
+        Path(args.out).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    if args.json and not args.quiet:
+        print(json.dumps(plan, indent=2))
+    if args.quiet or args.json:
+        return 0
+    console = make_console()
+    ranges = _ranges(plan["best_ranges"])
+    if plan["all_native"]:
+        console.print(f"torch_npu range: {ranges} - every captured operator runs without CPU fallback "
+                      f"({plan['releases_judged']} releases judged)")
+    else:
+        console.print(f"torch_npu range: {ranges} - the fewest operator signatures fall back there "
+                      f"({plan['fewest_blocking']}; {plan['releases_judged']} releases judged)")
+    console.print(_release_table(plan))
+    if plan["blockers"]:
+        console.print(_blockers_table(plan["blockers"]))
+    for adapter in plan["adapters"]:
+        console.print(f"adapter for {adapter['library']}: {adapter['adapter']} {adapter.get('tag') or ''} - "
+                      f"{adapter['paired']}", markup=False)
+    _print_environment(console, plan)
+    console.print("install on the Ascend machine:")
+    console.print(plan["install"], markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _ranges(runs: list) -> str:
+    return ", ".join(a if a == b else f"{a} .. {b}" for a, b in runs)
+
+
+def _release_table(plan: dict):
+    from rich.table import Table
+    table = Table(title="Release plan", header_style="bold")
+    for col in ("", "torch_npu", "torch", "python", "CANN", "line status"):
+        table.add_column(col, overflow="fold")
+    table.add_column("source", ratio=2)
+    planned = plan["planned"]
+    for label, facts in (("oldest", plan["oldest"]), ("newest", plan["newest"]), ("planned", planned)):
+        cann = (facts["cann"] + (" (inferred)" if facts.get("cann_inferred") else "")) if facts.get("cann") \
+            else "unknown"
+        status = facts.get("line_status") or "-"
+        if facts.get("line_eol"):
+            status = f"EOL {facts['line_eol']}" if status == "EOL" else f"{status} (EOL {facts['line_eol']})"
+        source = facts.get("cann_source") or facts.get("cann_why") or "-"
+        if label == "planned":
+            source = f"{planned['why']}; CANN: {source}"
+        table.add_row(label, facts["torch_npu"], facts.get("torch") or "?", " ".join(facts.get("python") or []) or "?",
+                      cann, status, source)
+    return table
+
+
+def _blockers_table(rows: list):
+    from rich.table import Table
+    table = Table(title="Operators that block some releases", header_style="bold")
+    for col in ("operator", "verdict", "first supported in", "supported in every release from", "blocked in"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(row["op"], "/".join(row["verdicts"]), row["first_supported_in"] or "never",
+                      row["supported_from"] or "-", _ranges(row["blocked_in"]))
+    return table
+
+
+def _print_environment(console, plan: dict) -> None:
+    from rich.table import Table
+    env, planned = plan["environment"], plan["planned"]
+    if env["changes"]:
+        table = Table(title=f"What must change for torch_npu {planned['torch_npu']}", header_style="bold")
+        for col in ("where", "now", "change to"):
+            table.add_column(col, overflow="fold")
+        table.add_column("why", ratio=2)
+        for change in env["changes"]:
+            where = change["where"] + (f" {change['package']}" if change["where"] == "installed" else "")
+            table.add_row(where, change["from"] or "(not installed)", change["to"] or "(see why)", change["reason"])
+        console.print(table)
+    else:
+        console.print(f"nothing in this environment or the project's requirement files needs to change for "
+                      f"torch_npu {planned['torch_npu']}")
+    if env["python_ok"] is False:
+        console.print(f"Python {env['python']} here: torch_npu {planned['torch_npu']} has wheels for Python "
+                      f"{', '.join(planned['python'])} only")
+    for note in env["notes"]:
+        console.print(f"note: {note}", markup=False)
