@@ -356,3 +356,190 @@ def test_per_parameter_sgd_ops_become_one_optimizer_row_naming_the_fused_optimiz
     assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in optimizer[0]["fix"]
     members = [r for r in rows if r["phase"] == "optimizer" and r["kind"] == "operator"]
     assert optimizer[0]["npu_time_us"] == pytest.approx(sum(r["npu_time_us"] for r in members), abs=0.1)
+
+
+# --- issue #33: structural pricing errors (constructed signatures, not held-out numbers) ---
+
+def _op(name, shapes, dtypes=None, phase="forward", parent=None, verdict="native", calls=1, scalars=None):
+    return Operator(name=name, input_shapes=shapes, dtypes=dtypes or ["float"] * len(shapes), scalars=scalars or [],
+                    phase=phase, calls=calls, steps=[2], parent=parent, source="train.py:7", verdict=verdict)
+
+
+def _rows(ops):
+    from opscope.analysis.npu_estimate import build_basis, price
+    return [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
+            if r["kind"] == "operator"]
+
+
+X = [64, 256, 56, 56]
+
+
+def test_batch_norm_wrappers_are_priced_once_by_native_batch_norm():
+    bn_args = [X, [256], [256], [256], [256], [], [], [], []]
+    dtypes = ["float"] * 5 + ["Scalar"] * 4
+    ops = [_op("aten::batch_norm", bn_args, dtypes, verdict="composite"),
+           _op("aten::_batch_norm_impl_index", bn_args, dtypes, parent="aten::batch_norm", verdict="composite"),
+           _op("aten::native_batch_norm", bn_args[:8], dtypes[:8], parent="aten::_batch_norm_impl_index")]
+    rows = _rows(ops)
+    assert [r["operator"] for r in rows] == ["aten::native_batch_norm"]
+    assert "generic" not in rows[0]["kernels"]
+
+
+def test_rms_norm_is_priced_by_its_children_not_on_top_of_them():
+    x = [8, 4096, 4096]
+    ops = [_op("aten::rms_norm", [x, [], [4096], []], ["float", "ScalarList", "float", ""], verdict="composite"),
+           _op("aten::_fused_rms_norm", [x, [], [4096], []], ["float", "ScalarList", "float", ""],
+               parent="aten::rms_norm", verdict="composite")]
+    for child, shapes in (("aten::pow", [x, []]), ("aten::mean", [x, [], [], []]), ("aten::add", [[8, 4096, 1], []]),
+                          ("aten::rsqrt", [[8, 4096, 1]]), ("aten::mul", [x, [8, 4096, 1]])):
+        ops.append(_op(child, shapes, ["float"] + ["Scalar"] * (len(shapes) - 1) if child != "aten::mul" else None,
+                       parent="aten::_fused_rms_norm"))
+    rows = _rows(ops)
+    names = {r["operator"].split(".")[0] for r in rows}
+    assert names == {"aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul"}
+    assert not any("generic" in r["kernels"] for r in rows)
+
+
+def test_an_op_torch_npu_registers_is_priced_by_its_own_kernel_not_by_its_cpu_children():
+    ops = [_op("aten::group_norm", [X, [], [256], [256], [], []], ["float", "Scalar", "float", "float", "Scalar",
+               "Scalar"], verdict="composite"),
+           _op("aten::native_group_norm", [X, [256], [256], [], [], [], [], []], ["float"] * 3 + ["Scalar"] * 5,
+               parent="aten::group_norm"),
+           _op("aten::mul", [X, X], parent="aten::native_group_norm"),      # the CPU kernel's own work
+           _op("aten::adaptive_avg_pool3d", [[8, 64, 4, 32, 32], []], ["float", "ScalarList"], verdict="composite"),
+           _op("aten::_adaptive_avg_pool3d", [[8, 64, 4, 32, 32], []], ["float", "ScalarList"],
+               parent="aten::adaptive_avg_pool3d")]
+    rows = _rows(ops)
+    assert sorted(r["operator"] for r in rows) == ["aten::_adaptive_avg_pool3d", "aten::native_group_norm"]
+    assert {r["kernels"] for r in rows} == {"GroupNorm", "AdaptiveAvgPool3d"}
+
+
+@needs_shared
+def test_the_composite_rule_agrees_with_op_plugin():
+    """What the support matrix calls composite (priced by children) op-plugin does not register, and the
+    operators priced by their own kernel it does."""
+    text = (SHARED / "data/op_plugin/op_plugin_functions.yaml").read_text()
+
+    def registered(name):
+        return re.search(rf"func: {re.escape(name)}[.(]", text) is not None
+    for name in ("batch_norm", "_batch_norm_impl_index", "rms_norm", "_fused_rms_norm", "group_norm"):
+        assert not registered(name), name
+    for name in ("native_batch_norm", "native_group_norm", "_adaptive_avg_pool3d", "upsample_nearest2d", "mish",
+                 "maximum", "gather", "_foreach_norm", "_foreach_addcdiv", "_fused_adamw_"):
+        assert registered(name), name
+    from opscope.matrix.store import load_matrix   # the shipped matrix (what verdicts come from) agrees
+    matrix = load_matrix()
+    families = matrix.release(matrix.default_line).families()
+    assert not {"batch_norm", "_batch_norm_impl_index", "rms_norm", "group_norm"} & set(families)
+    assert {"native_batch_norm", "native_group_norm", "mish", "_fused_adamw_"} <= set(families)
+
+
+BIG = [[8192, 8192]] * 4
+BIG_BYTES = 4 * 8192 * 8192 * 4
+
+
+def test_foreach_tensor_lists_with_recorded_shapes_are_priced_by_their_bytes():
+    op = _op("aten::_foreach_add_", [BIG, BIG, []], ["TensorList", "TensorList", "Scalar"], phase="optimizer")
+    row = _rows([op])[0]
+    assert row["kernels"] == "ForeachAddList"
+    assert row["npu_time_us"] > 3 * BIG_BYTES / 1600e9 * 1e6 * 0.5   # 3 passes over 1 GiB: hundreds of us
+
+
+def test_foreach_tensor_lists_lost_by_the_profiler_are_recovered_from_the_per_tensor_calls():
+    parent = _op("aten::_foreach_lerp_", [[], [], []], ["TensorList", "TensorList", "Scalar"], phase="optimizer",
+                 calls=1)
+    child = _op("aten::lerp_", [[8192, 8192], [8192, 8192], []], ["float", "float", "Scalar"], phase="optimizer",
+                parent="aten::_foreach_lerp_", calls=4)
+    row = _rows([parent, child])[0]
+    assert row["operator"].startswith("aten::_foreach_lerp_")
+    assert row["npu_time_us"] > 100
+
+
+def test_a_fused_adamw_without_recorded_shapes_is_priced_over_the_parameters():
+    lists = [[]] * 6 + [[]] * 9
+    dtypes = ["TensorList"] * 6 + ["Scalar"] * 7 + ["", ""]
+    fused = _op("aten::_fused_adamw_", lists, dtypes, phase="optimizer",
+                scalars=[None] * 6 + [1e-3, 0.9, 0.999, 0.01, 1e-8, False, False, None, None])
+    inits = [Operator(name="aten::zeros_like", input_shapes=[[8192, 8192], [], [], [], [], []],
+                      dtypes=["float", "", "", "", "Scalar", "Scalar"], phase="optimizer", calls=8, steps=[1],
+                      verdict="composite", source="train.py:9")]   # 2 states x 4 parameters, first step only
+    row = next(r for r in _rows([fused, *inits]) if r["operator"].startswith("aten::_fused_adamw_"))
+    assert row["kernels"] == "ApplyAdamWV2"
+    assert row["npu_time_us"] > 7 * BIG_BYTES / 1600e9 * 1e6 * 0.3   # 4 lists read, 3 written
+
+
+@pytest.mark.parametrize("name, kernel", [("aten::_foreach_addcdiv", "ForeachAddcdivScalarList"),
+                                          ("aten::_foreach_norm", "ForeachNorm")])
+def test_out_of_place_foreach_ops_have_kernels(name, kernel):
+    shapes = [BIG, BIG, BIG, []] if "addcdiv" in name else [BIG, []]
+    dtypes = ["TensorList"] * (len(shapes) - 1) + ["Scalar"]
+    row = _rows([_op(name, shapes, dtypes, phase="optimizer")])[0]
+    assert row["kernels"] == kernel and "generic" not in row["reason"] and row["npu_time_us"] > 50
+
+
+# (ATen op, input dtype, the dtype a cast writes (torch ScalarType code) or None, AI CPU?)
+AICPU_CASES = [("aten::_to_copy", "signed char", 5, False), ("aten::_to_copy", "signed char", 6, False),
+               ("aten::_to_copy", "unsigned char", 5, False), ("aten::_to_copy", "bool", 6, False),
+               ("aten::_to_copy", "short int", 6, True), ("aten::_to_copy", "float", 7, True),
+               ("aten::_to_copy", "float", 15, False), ("aten::eq", "long int", None, False),
+               ("aten::mul", "short int", None, True), ("aten::mul", "signed char", None, False),
+               ("aten::add", "unsigned short", None, True), ("aten::add", "signed char", None, False),
+               ("aten::add", "double", None, False), ("aten::mm", "double", None, True)]
+
+
+@pytest.mark.parametrize("name, dtype, out, aicpu", AICPU_CASES)
+def test_ai_cpu_dtype_rules_per_kernel_type(name, dtype, out, aicpu):
+    shapes = [[1024, 1024], [], [], [], [], [], []] if name.endswith("_to_copy") else [[1024, 1024], [1024, 1024]]
+    dtypes = [dtype, "Scalar", "", "", "", "Scalar", ""] if name.endswith("_to_copy") else [dtype, dtype]
+    scalars = [None, out, None, None, None, False, None] if name.endswith("_to_copy") else []
+    row = _rows([_op(name, shapes, dtypes, scalars=scalars)])[0]
+    assert ("AI CPU" in row["reason"]) is aicpu, row["reason"]
+    assert (row["aicpu_us"] > 0) is aicpu
+
+
+def test_ai_cpu_rules_are_the_advisors_lists():
+    """The shipped rules carry the advisor's DataTypeChecker lists (CANN 8.0) for each op type."""
+    import yaml
+
+    from opscope import knowledge
+    rules = knowledge.load("npu_cost_model.yaml")["aicpu_rules"]["aicore_dtypes"]["8.0"]
+    path = SHARED / "reference/msprof_analyze_advisor/rules/aicpu_rules.yaml"
+    if not path.exists():
+        pytest.skip("../shared advisor rules absent")
+    spell = {"float": "float32", "dt_bf16": "bfloat16"}
+    kernel = {"cast": "Cast", "equal": "Equal", "tensorequal": "TensorEqual", "mul": "Mul"}
+    for item in yaml.safe_load(path.read_text())["CommonChecker"]:
+        check = item["DataTypeChecker"]
+        if "8.0.RC1" not in check["cann_version"]:
+            continue
+        expected = {spell.get(d, d) for d in check["input"]}
+        for op_type in check["op_type"]:
+            got = rules["default"] if op_type == "__ALL__" else rules["kernels"][kernel[op_type]]
+            assert set(got) == expected, op_type
+
+
+@pytest.mark.parametrize("name, shapes, dtypes, kernel", [
+    ("aten::mish", [X], None, "Mish"), ("aten::maximum", [X, X], None, "Maximum"),
+    ("aten::argmax", [[64, 1000], [], []], ["float", "Scalar", "Scalar"], "ArgMaxV2"),
+    ("aten::gather", [[64, 1000], [], [64, 1], []], ["float", "Scalar", "long int", "Scalar"], "GatherElements"),
+    ("aten::scatter_add_", [[64, 1000], [], [64, 1], [64, 1]], ["float", "Scalar", "long int", "float"],
+     "ScatterElements"),
+    ("aten::native_group_norm", [X, [256], [256], [], [], [], [], []], ["float"] * 3 + ["Scalar"] * 5, "GroupNorm"),
+    ("aten::upsample_nearest2d", [X, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
+     "ResizeNearestNeighborV2"),
+    ("aten::_foreach_norm", [BIG, []], ["TensorList", "Scalar"], "ForeachNorm")])
+def test_operators_that_were_priced_generic_map_to_their_kernels(name, shapes, dtypes, kernel):
+    row = _rows([_op(name, shapes, dtypes)])[0]
+    assert row["kernels"] == kernel and "no kernel mapping" not in row["reason"]
+
+
+def test_upsampling_writes_its_output_size_not_its_input_size():
+    from opscope.analysis.npu_estimate import build_basis
+    x = [16, 64, 64, 64]
+    by_size = _op("aten::upsample_nearest2d", [x, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
+                  scalars=[None, [256, 256], 4.0, 4.0])
+    by_scale = _op("aten::upsample_nearest2d", [x, [], []], ["float", "", "ScalarList"],
+                   scalars=[None, None, [4.0, 4.0]])
+    for op in (by_size, by_scale):
+        kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+        assert kernel["bytes"] == (math.prod(x) + 16 * 64 * 256 * 256) * 4

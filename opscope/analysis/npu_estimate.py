@@ -24,8 +24,11 @@ from opscope.analysis.npu_kernels import (
     clear_tensors,
     match_fused_patterns,
     model_elementwise,
+    nested_lists,
     nz_transdata,
     op_tensors,
+    set_tensor_lists,
+    tensor_lists,
     transdata,
 )
 
@@ -58,12 +61,32 @@ def _parents(operators) -> dict[str, str | None]:
 
 
 def _nested_in_priced(op, parent_of: dict, priced: set, kernel_ops: frozenset = frozenset()) -> bool:
+    """``op`` runs inside an operator priced by its own kernel(s): a mapped one (``priced``: base names),
+    one torch_npu registers itself or a library op's single kernel (``kernel_ops``: full names)."""
     parent, seen = op.parent, 0
     while parent and seen < 12:
+        if parent == op.name:   # an overload calling its sibling (upsample_nearest2d.vec -> upsample_nearest2d)
+            return base_name(parent) in priced
         if base_name(parent) in priced or parent in kernel_ops:
             return True
         parent, seen = parent_of.get(parent), seen + 1
     return False
+
+
+def _verdicts(operators) -> dict[str, str | None]:
+    """Each operator name's most common verdict (calls-weighted)."""
+    votes: dict[str, Counter] = {}
+    for op in operators:
+        votes.setdefault(op.name, Counter())[op.verdict] += max(op.calls, 1)
+    return {name: c.most_common(1)[0][0] for name, c in votes.items()}
+
+
+def composite_wrapper(op, mapped: set, has_children: set) -> bool:
+    """A composite signature (torch_npu registers no kernel of its own: the support matrix's ``composite``
+    verdict) whose children the scan recorded, and that the cost model does not map to kernels itself:
+    it is priced by its children's kernels, never on top of them."""
+    return op.verdict == "composite" and base_name(op.name) not in mapped and op.name in has_children \
+        and not third_party_kernel(op)
 
 
 THIRD_PARTY_RULES = ("third-party", "third-party-default", "third-party-no-adapter-release")
@@ -158,13 +181,20 @@ def build_basis(operators, steps, calls=None) -> dict:
 def _build_basis(operators, steps, calls=None) -> dict:
     model = cost_model()
     views = set(model.get("views") or [])
-    priced = set(model.get("aten") or {})
+    mapped = set(model.get("aten") or {})
     steady = _steady(steps)
     parent_of = _parents(operators)
+    verdict_of = _verdicts(operators)
+    has_children = {op.parent for op in operators if op.parent}
+    # priced by its own kernel: mapped, or registered by torch_npu (native) and launching something; what the
+    # CPU recorded below such an operator is the CPU's implementation, not NPU kernels
+    registered = {base_name(n) for n, v in verdict_of.items() if v == "native" and base_name(n) not in views}
     kernel_ops = frozenset(op.name for op in operators if third_party_kernel(op))
     candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
                   and not op.import_time and base_name(op.name) not in views
-                  and not _nested_in_priced(op, parent_of, priced, kernel_ops)]
+                  and not composite_wrapper(op, mapped, has_children)
+                  and not _nested_in_priced(op, parent_of, mapped | registered, kernel_ops)]
+    _recover_tensor_lists(candidates, operators, steady)
     wanted = {op.name for op in candidates}
     counts = _steady_counts([c for c in calls if c.name in wanted], steady) if calls else {}
     dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
@@ -179,6 +209,88 @@ def _build_basis(operators, steps, calls=None) -> dict:
     _mark_unfused(rows, patterns)
     return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
             "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
+
+
+_LIST_KINDS = {"TensorList": "T", "Scalar": "S", "ScalarList": "S"}
+
+
+def _arg_kinds(dtypes, parent: bool) -> list[str]:
+    """T (a tensor, or one element of a parent's tensor list) / S (a scalar) / - per argument."""
+    out = []
+    for d in dtypes or []:
+        if parent and d in _LIST_KINDS:
+            out.append(_LIST_KINDS[d])
+        elif d in ("Scalar", "ScalarList"):
+            out.append("S")
+        else:
+            out.append("T" if d else "-")
+    return out
+
+
+def _recover_tensor_lists(candidates, operators, steady: set[int]) -> None:
+    """Tensor lists whose shapes the capture did not keep (the profiler's flat shapes record a
+    TensorList as ``[]``): from the per-tensor calls the CPU made below the op (foreach slow path),
+    else the optimizer's parameter shapes (a fused optimizer runs one CPU kernel and records none)."""
+    params: list | None = None
+    children_of: dict[str, list] = {}
+    for c in operators:
+        if c.parent:
+            children_of.setdefault(c.parent, []).append(c)
+    for op in candidates:
+        if op.phase != "optimizer" and not base_name(op.name).startswith(("_foreach_", "_fused_")):
+            continue
+        n_lists = sum(1 for d in op.dtypes or [] if d == "TensorList")
+        if not n_lists or nested_lists(op):
+            continue
+        kinds = _arg_kinds(op.dtypes, parent=True)
+        below = [c for c in children_of.get(op.name, []) if c.phase == op.phase]
+        children = [c for c in below if op_tensors(c)
+                    and _arg_kinds(c.dtypes, parent=False)[:len(kinds)] == kinds]
+        if children:
+            shapes: list = []
+            for c in children:
+                shapes += [op_tensors(c)[0][0]] * max(round(c.calls / max(op.calls, 1)), 1)
+            dtype = op_tensors(children[0])[0][1]
+            set_tensor_lists(op, [(shapes, dtype)] * n_lists)
+            continue
+        if any(c.input_shapes and not op_tensors(c) and _arg_kinds(c.dtypes, parent=False)[:len(kinds)] == kinds
+               for c in below):
+            set_tensor_lists(op, [([[]], "float32")] * n_lists)   # a list of 0-dim tensors (step counters)
+            continue
+        if params is None:
+            params = _parameter_shapes(operators, steady)
+        if params:
+            set_tensor_lists(op, [(params, "float32")] * n_lists)
+
+
+def _parameter_shapes(operators, steady: set[int]) -> list:
+    """The parameter shapes the optimizer updates: recorded tensor lists, else per-parameter optimizer
+    ops of a steady step, else the optimizer's state initialisation (zeros_like per state per parameter)."""
+    for op in operators:
+        lists = nested_lists(op) if op.phase == "optimizer" else []
+        if lists and lists[0]:
+            return lists[0]
+    per_shape: dict[tuple, float] = {}
+    for op in operators:
+        tensors = op_tensors(op)
+        if op.phase != "optimizer" or not tensors or not tensors[0][1].startswith(("float", "bfloat")):
+            continue
+        n = _per_step(op, steady)
+        if n:
+            shape = tuple(tensors[0][0])
+            per_shape[shape] = min(per_shape.get(shape, n), n)
+    if not per_shape:   # state init: zeros_like(param) once per state tensor, in the first step
+        from math import gcd
+        inits: Counter = Counter()
+        for op in operators:
+            tensors = op_tensors(op)
+            if op.phase == "optimizer" and base_name(op.name) == "zeros_like" and tensors:
+                inits[tuple(tensors[0][0])] += op.calls
+        states = 0
+        for count in inits.values():
+            states = gcd(states, count)
+        per_shape = {shape: count / max(states, 1) for shape, count in inits.items()}
+    return [list(shape) for shape, n in per_shape.items() for _ in range(max(round(n), 0))]
 
 
 def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreach_launches: set) -> dict:
@@ -196,7 +308,7 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
         reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
                         "fix": ""})
     launches = _foreach(op, name, kernels, model, foreach_launches)
-    if not op_tensors(op) and entry:     # Python-scalar arithmetic: one tiny launch
+    if not op_tensors(op) and not tensor_lists(op) and entry:     # Python-scalar arithmetic: one tiny launch
         for k in kernels:
             k.bytes = 0.0
     reasons += _unit_reasons(op, name, kernels, model)
@@ -275,7 +387,7 @@ def _foreach(op, name: str, kernels: list[Kernel], model: dict, foreach_launches
 def _unit_reasons(op, name: str, kernels: list[Kernel], model: dict) -> list[dict]:
     """AI CPU fall-back and unaligned cube shapes: they also change the kernels' unit and FLOPs."""
     reasons = []
-    why = aicpu_reason(op, model.get("aicpu_rules") or {})
+    why = aicpu_reason(op, model.get("aicpu_rules") or {}, kernels)
     if why:
         for k in kernels:
             k.unit = "aicpu"

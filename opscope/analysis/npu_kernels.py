@@ -7,7 +7,7 @@ put on by ``npu_estimate.price``.
 """
 from __future__ import annotations
 
-from opscope.analysis.npu_cost import Kernel, dtype_bytes, dtype_name, numel, tensor_bytes
+from opscope.analysis.npu_cost import Kernel, cost_model, dtype_bytes, dtype_name, numel, tensor_bytes
 
 
 def base_name(name: str) -> str:
@@ -15,6 +15,8 @@ def base_name(name: str) -> str:
 
 
 _TENSORS: dict[int, list] = {}   # id(op) -> op_tensors(op), for the duration of one build_basis
+_LISTS: dict[int, list] = {}     # id(op) -> its tensor lists recovered by build_basis (see tensor_lists)
+LIST_DTYPES = ("TensorList", "TensorList?", "Tensor?[]", "Tensor[]")
 
 
 def op_tensors(op) -> list[tuple[list, str]]:
@@ -39,6 +41,40 @@ def cache_tensors(operators) -> None:
 
 def clear_tensors() -> None:
     _TENSORS.clear()
+    _LISTS.clear()
+
+
+def nested_lists(op) -> list[list]:
+    """The tensor lists of ``op`` as the profiler's structured input shapes give them (one list of
+    dimension lists per TensorList input); [] where the capture kept only empty shapes."""
+    out = []
+    for i, shape in enumerate(op.input_shapes or []):
+        dtype = op.dtypes[i] if i < len(op.dtypes or []) else ""
+        if isinstance(shape, list) and shape and all(isinstance(s, list) for s in shape):
+            out.append([s for s in shape if all(isinstance(d, int) for d in s)])
+        elif dtype in LIST_DTYPES and shape == []:
+            out.append([])
+    return out if any(out) else []
+
+
+def set_tensor_lists(op, lists: list[tuple[list, str]]) -> None:
+    """Recovered (shapes, dtype) of each tensor list of ``op`` (build_basis: from the per-tensor
+    children the CPU ran, or the optimizer's parameter shapes)."""
+    _LISTS[id(op)] = lists
+
+
+def tensor_lists(op) -> list[tuple[list, str]]:
+    """(shapes, torch dtype) of each TensorList input: recorded, else recovered, else []."""
+    recorded = nested_lists(op)
+    if recorded:
+        dtype = _float_dtype(op)
+        return [(shapes, dtype) for shapes in recorded]
+    return _LISTS.get(id(op), [])
+
+
+def list_bytes(lst: tuple[list, str]) -> float:
+    shapes, dtype = lst
+    return float(sum(numel(s) for s in shapes) * dtype_bytes(dtype))
 
 
 def _float_dtype(op) -> str:
@@ -166,15 +202,58 @@ def _model_reduce(op, names) -> list[Kernel]:
     return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
 
 
+# lists a multi-tensor kernel reads and writes, by operator: (lists read, lists written); the others
+# read every TensorList input and write the first (in place) or a new list like it (out of place)
+_LIST_PASSES = {"_fused_adam_": (4, 3), "_fused_adamw_": (4, 3), "_fused_sgd_": (3, 2), "_foreach_norm": (1, 0)}
+
+
 def _model_foreach(op, names) -> list[Kernel]:
-    lists = [s for s in (op.input_shapes or []) if isinstance(s, list) and s and isinstance(s[0], list)]
-    per_list = sum(numel(s) for s in lists[0]) * 4 if lists else 0
-    return [Kernel(n, "vector", 0.0, per_list * (len(lists) + 1), _float_dtype(op)) for n in names]
+    """A multi-tensor (foreach / fused optimizer) kernel: one launch over whole tensor lists."""
+    lists = [lst for lst in tensor_lists(op) if lst[0]]
+    name = base_name(op.name)
+    if not lists:
+        return [Kernel(n, "vector", 0.0, 0.0, _float_dtype(op)) for n in names]
+    first = list_bytes(lists[0])
+    if name in _LIST_PASSES:
+        reads, writes = _LIST_PASSES[name]
+        moved = first * (reads + writes)
+    else:
+        moved = sum(list_bytes(lst) for lst in lists) + first
+        moved += sum(numel(s) * dtype_bytes(d) for s, d in op_tensors(op))
+    if name == "_foreach_norm":   # one scalar out per tensor
+        moved += len(lists[0][0]) * 4
+    dtype = lists[0][1]
+    return [Kernel(n, "vector", 0.0, moved, dtype, note=f"{len(lists[0][0])} tensors per list") for n in names]
+
+
+def _model_resize(op, names) -> list[Kernel]:
+    """upsample_*: reads the input, writes the output (its size from output_size or the scale factors)."""
+    tensors = op_tensors(op)
+    if not tensors:
+        return model_elementwise(op, names)
+    shape, dtype = tensors[0]
+    size = dtype_bytes(dtype)
+    sc = op.scalars or []
+    if base_name(op.name).endswith("_backward"):   # grad_output, output_size, input_size: writes the input grad
+        grad_in = next((s for s in sc if isinstance(s, list) and len(s) == len(shape)
+                        and all(isinstance(d, int) for d in s)), shape)
+        return [Kernel(n, "vector", 0.0, (numel(shape) + numel(grad_in)) * size, dtype) for n in names]
+    spatial = len(shape) - 2
+    out_size = next((s for s in sc[1:] if isinstance(s, list) and len(s) == spatial
+                     and all(isinstance(d, int) for d in s)), None)
+    if out_size is None:
+        scales = next((s for s in sc[1:] if isinstance(s, list) and len(s) == spatial), None)
+        scales = scales or [v for v in sc[1:] if isinstance(v, float)][:spatial]
+        if len(scales) == spatial:
+            out_size = [int(d * float(f)) for d, f in zip(shape[2:], scales, strict=True)]
+    out = [*shape[:2], *(out_size or shape[2:])]
+    return [Kernel(n, "vector", 0.0, (numel(shape) + numel(out)) * size, dtype, shapes=[shape, out]) for n in names]
 
 
 MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
           "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
-          "elementwise": model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach}
+          "elementwise": model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach,
+          "resize": _model_resize}
 
 
 def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
@@ -232,17 +311,50 @@ MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
 
 # --- rules that explain why a signature is slow ---
 
-def aicpu_reason(op, rules: dict) -> str | None:
+# torch's ScalarType codes, as the profiler records a dtype argument (``_to_copy(x, dtype=6)``)
+SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+                9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16"}
+
+
+def output_dtype(op) -> str | None:
+    """The dtype a cast writes (``_to_copy``'s dtype argument), None when the op does not say."""
+    if base_name(op.name) not in ("_to_copy", "to", "type_as"):
+        return None
+    code = (op.scalars or [None, None])[1] if len(op.scalars or []) > 1 else None
+    return SCALAR_TYPES.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def aicpu_reason(op, rules: dict, kernels: list[Kernel] | None = None) -> str | None:
+    """Why ``op`` runs on AI CPU, or None.  Per kernel type (the advisor's DataTypeChecker lists: the
+    dtypes each op type takes on the AI Core, inputs and outputs, per CANN version), then the ATen
+    operators whose kernel is a cube kernel (fp16/bf16/fp32 only), then the defaults."""
     name = base_name(op.name)
     special = (rules.get("ops") or {}).get(name)
     odd = sorted({d for _, d in op_tensors(op) if not d.startswith(("float", "bfloat"))})
     if special:
         return f"{special.get('why', 'runs on AI CPU')}" + (f" (inputs {', '.join(odd)})" if odd else "")
     table = (rules.get("aicore_dtypes") or {}).get(str(rules.get("cann")), {})
-    allowed = (table.get("ops") or {}).get(name) or table.get("default") or []
-    bad = sorted({d for _, d in op_tensors(op) if d not in allowed})
-    if bad and allowed:
-        return f"dtype {', '.join(bad)} is not an AI Core dtype of {name} (CANN {rules.get('cann')}): runs on AI CPU"
+    ins = sorted({d for _, d in op_tensors(op)})
+    out = output_dtype(op)
+    by_op = (table.get("ops") or {}).get(name)
+    if by_op:
+        bad = [d for d in ins if d not in by_op]
+        return (f"dtype {', '.join(bad)} is not an AI Core dtype of {name} (CANN {rules.get('cann')}): runs on AI CPU"
+                if bad else None)
+    by_kernel = table.get("kernels") or {}
+    types = [k.type for k in kernels] if kernels is not None else \
+        list(((cost_model().get("aten") or {}).get(name) or {}).get("kernels") or [""])
+    for ktype in types or [""]:
+        allowed = by_kernel.get(ktype) or table.get("default") or []
+        if not allowed:
+            continue
+        extra = (table.get("measured_aicore") or {}).get(ktype) or {}
+        bad_in = [d for d in ins if d not in allowed and d not in (extra.get("input") or [])]
+        bad_out = [out] if out and out not in allowed and out not in (extra.get("output") or []) else []
+        if bad_in or bad_out:
+            what = ", ".join(bad_in + [f"{d} (output)" for d in bad_out])
+            return (f"dtype {what} is not an AI Core dtype of {ktype or name} (CANN {rules.get('cann')}, "
+                    "advisor DataTypeChecker): runs on AI CPU")
     return None
 
 

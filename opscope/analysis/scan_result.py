@@ -98,12 +98,21 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
                                if len(dirs) > 1 else "the other ranks ran remapped but were not captured "
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
+    _add_chip_dtypes(result, settings.chip)
     _add_verdicts(result, target, uses_device)
     _add_third_party(result)
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
     _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     return result
+
+
+def _add_chip_dtypes(result: ScanResult, chip: str | None) -> None:
+    """Findings for what the chip does with the operators' dtypes (bf16 on a 910A, float64, ...);
+    before the verdicts so that the score counts them."""
+    from opscope.analysis.chip_dtypes import chip_dtype_findings
+    from opscope.analysis.findings import merge_findings
+    result.findings = merge_findings(result.findings, chip_dtype_findings(result.operators, chip))
 
 
 def _add_third_party(result: ScanResult) -> None:

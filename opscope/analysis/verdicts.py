@@ -398,7 +398,7 @@ def describe_readiness(summary: ScanSummary | dict, target: ScanTarget | dict | 
             f"{summary.blocking_signatures or 0} operator signature(s) not running natively "
             f"({share:.1%} of operator time, {summary.cpu_fallback_time_share or 0.0:.1%} in CPU fallbacks), "
             f"{summary.dynamic_root_causes or 0} dynamic-shape root cause(s), "
-            f"{summary.findings or 0} CUDA-API finding(s)")
+            f"{summary.findings or 0} finding(s)")
 
 
 __all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",

@@ -70,7 +70,18 @@ def _classify(name: str) -> int:
 def _details(rec: tuple) -> tuple:
     e = rec[6]
     # shapes() is always a list of dimension lists of ints (the profiler's vector<vector<int64>>): JSON as it is
-    return e.shapes(), list(e.dtypes()), _jsonable(e.concrete_inputs()), None
+    dtypes = list(e.dtypes())
+    shapes = e.shapes()
+    if "TensorList" in dtypes and _STRUCTURED:   # shapes() has [] for a tensor list; the nested shapes are
+        shapes = e.structured_input_shapes()     # the Chrome trace's "Input Dims" (torch >= 2.5)
+    return shapes, dtypes, _jsonable(e.concrete_inputs()), None
+
+
+try:
+    from torch._C._autograd import _KinetoEvent as _Event
+    _STRUCTURED = hasattr(_Event, "structured_input_shapes")
+except ImportError:  # pragma: no cover
+    _STRUCTURED = False
 
 
 # Kineto's clock is exact (ns); a backend-private kernel is listed in its operator's children by this label

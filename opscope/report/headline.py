@@ -75,9 +75,13 @@ def verdict_line(result: ScanResult) -> str:
         if names[verdict]:
             n = len(names[verdict])
             parts.append(f"{n} operator{'s' if n != 1 else ''} {label if n != 1 else _singular(label)}")
-    errors = sum(1 for f in result.findings if f.severity == "error")
+    errors = sum(1 for f in result.findings if f.severity == "error" and not view.is_chip_finding(f))
     if errors:
         parts.append(f"{errors} CUDA-only call{'s' if errors != 1 else ''} must change")
+    chip_errors = sum(1 for f in result.findings if f.severity == "error" and view.is_chip_finding(f))
+    if chip_errors:
+        parts.append(f"{chip_errors} line{'s' if chip_errors != 1 else ''} use{'' if chip_errors != 1 else 's'} "
+                     "a dtype the chip cannot run")
     if result.root_causes:
         n = len(result.root_causes)
         parts.append(f"{n} line{'s' if n != 1 else ''} cause{'' if n != 1 else 's'} dynamic shapes")

@@ -93,7 +93,7 @@ def _split_fix(text: str, limit: int = 140) -> tuple[str, str]:
 def _fix_row(f: view.Fix) -> dict:
     head, rest = _split_fix(f.fix)
     return {"kind": f.kind, "what": f.what, "where": f.where, "fix": head, "more": rest, "severity": f.severity,
-            "code": f.kind in ("operator", "CUDA API"), "link": f.link, "detail": f.detail,
+            "code": f.kind in ("operator", "CUDA API", "chip / dtype"), "link": f.link, "detail": f.detail,
             "filter": f.ops[0] if len(f.ops) == 1 else "",
             "share_text": view.fmt_percent(f.share) if f.share is not None else "—"}
 

@@ -300,7 +300,7 @@ def readiness_score(result: ScanResult):
 @dataclass
 class Fix:
     """One thing to fix before porting, with the share of time it affects."""
-    kind: str           # "operator" | "dynamic shape" | "CUDA API"
+    kind: str           # "operator" | "dynamic shape" | "chip / dtype" | "CUDA API" | "install"
     what: str
     where: str
     share: float | None
@@ -312,7 +312,12 @@ class Fix:
 
 
 # The order of the "what to change" list: what stops or slows the port outright first.
-FIX_TIERS = {"operator": 0, "dynamic shape": 1, "CUDA API": 2, "install": 3}
+FIX_TIERS = {"operator": 0, "dynamic shape": 1, "chip / dtype": 2, "CUDA API": 2, "install": 3}
+
+
+def is_chip_finding(finding) -> bool:
+    """A dtype the chosen chip cannot run, or runs differently (analysis/chip_dtypes.py), not a CUDA API."""
+    return str(getattr(finding, "rule", "") or "").startswith("chip-dtype")
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -376,7 +381,7 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
             continue   # a library's own CUDA calls: listed under Remapped, nothing to change in the script
         where = where_of(finding, result) if finding.file else ""
         fixes.append(Fix(
-            kind="CUDA API", what=finding.api, where=where, share=None,
+            kind="chip / dtype" if is_chip_finding(finding) else "CUDA API", what=finding.api, where=where, share=None,
             fix=finding.replacement or finding.message, severity=finding.severity or "warning",
             link=f"#finding-{i + 1}"))
 
