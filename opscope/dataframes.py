@@ -109,6 +109,20 @@ class Run:
         columns = list(dict.fromkeys(k for row in rows for k in row)) or ["index", "duration_us"]
         return _frame(rows, columns)
 
+    @property
+    def plan(self) -> dict | None:
+        """The port plan (``opscope matrix plan``): releases, the planned one with torch / Python / CANN, the
+        changes to this environment, the install block; None for a scan that measured nothing."""
+        return self.result.plan
+
+    @cached_property
+    def plan_changes(self):
+        """One row per change the plan asks of the environment or the project's requirement files."""
+        from opscope.report import plan_view
+        rows = plan_view.change_rows(self.result.plan) if self.result.plan else []
+        columns = ["where", "package", "now", "planned", "why"]
+        return _frame([dict(zip(columns, row, strict=True)) for row in rows], columns)
+
     @cached_property
     def memory_fit(self):
         """One row per layout (single card, ZeRO-1/2/3, tensor parallel): cards needed and GiB per card."""

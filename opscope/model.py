@@ -501,6 +501,9 @@ class ScanResult(_Record):
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
     fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
     memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
+    # the port plan (analysis/release_plan.py plan_for): releases that run every operator, the planned one
+    # with its torch / Python / CANN, what in the environment must change, the install block
+    plan: dict | None = None
     # third-party libraries judged (analysis/third_party.py library_rows): version here, what to install, ops
     third_party: list | None = None
     # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):

@@ -184,3 +184,32 @@ def test_known_incompatibility_of_a_pinned_requirement(tmp_path):
     assert "needs torch 2.6 or newer" in flagged["requirements.txt:1"]["reason"]
     assert "HW" in flagged["requirements.txt:1"]["reason"]
     assert "requirements.txt:3" not in flagged   # a range that takes older transformers releases
+
+
+def test_every_report_leads_with_the_plan(cnn_scan, tmp_path):
+    """The plan is in scan.json and opscope.load, and first after the verdict in terminal, HTML, Markdown, XLSX."""
+    import openpyxl
+
+    import opscope
+    from conftest import run_opscope
+    data = json.loads((cnn_scan / "scan.json").read_text())
+    plan = data["plan"]
+    assert plan["all_native"] and plan["planned"]["torch_npu"] and plan["install"]
+    run = opscope.load(cnn_scan)
+    assert run.plan["planned"] == plan["planned"] and list(run.plan_changes.columns)[:2] == ["where", "package"]
+    proc = run_opscope("report", cnn_scan, "--format", "html,md,xlsx", "-o", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from opscope.report.terminal import make_console, print_summary
+    from opscope.schema import load_scan
+    console = make_console()
+    with console.capture() as captured:
+        print_summary(load_scan(cnn_scan / "scan.json"), console, run_dir=str(cnn_scan))
+    lines = captured.get().splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("On torch_npu"))
+    assert lines[verdict + 1].startswith(f"Port plan: install torch_npu {plan['planned']['torch_npu']} (torch ")
+    html = (tmp_path / "report.html").read_text()
+    assert html.index('id="plan"') < html.index('id="fixes"') and "Install on the Ascend machine" in html
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("## Port plan") < md.index("## Verdicts") and "pip install torch-npu==" in md
+    sheets = openpyxl.load_workbook(tmp_path / "report.xlsx").sheetnames
+    assert sheets[:2] == ["Fixes", "Plan"]

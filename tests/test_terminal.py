@@ -29,7 +29,11 @@ def test_piped_summary_answers_first_without_splitting_names(huber_scan):
     first = next(line for line in fix_rows if line.split("│")[1].strip() == "1")
     assert "aten::huber_loss" in first and "train_huber.py:29" in first and "smooth_l1_loss" in first
     # one row per blocking operator, however many signatures it has
-    assert sum("aten::huber_loss_backward" in line for line in lines) == 1
+    fix_table = lines[fixes_at:fixes_at + next(i for i, line in enumerate(lines[fixes_at:]) if line.startswith("└"))]
+    assert sum("aten::huber_loss_backward" in line for line in fix_table) == 1
+    plan_at = verdict_at + 1   # the port plan, first after the verdict line, names the operators that block releases
+    assert lines[plan_at].startswith("Port plan: install torch_npu ")
+    assert any("aten::huber_loss_backward blocks older releases" in line for line in lines[plan_at:fixes_at])
     assert any("'cuda'" in line and "train_huber.py:17" in line for line in fix_rows)
     top = lines[cpu_at:]
     top = top[:next(i for i, line in enumerate(top) if line.startswith("└"))]

@@ -104,7 +104,21 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
     _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
+    _add_plan(result, settings.target)
     return result
+
+
+def _add_plan(result: ScanResult, target: str | None) -> None:
+    """The port plan: which torch_npu releases run every captured operator, the one to install with its torch,
+    Python and CANN, and what in this environment must change.  A scan that measured nothing has no plan."""
+    if result.summary.readiness_score is None or not result.operators:
+        return
+    from opscope.analysis.release_plan import plan_for
+    try:
+        result.plan = plan_for(result, target=target)
+    except Exception as exc:  # the plan is advice on top of the scan: its failure must not lose the scan
+        result.notes.append(f"the port plan could not be made ({type(exc).__name__}: {exc}); "
+                            "`opscope matrix plan RUN_DIR` retries it")
 
 
 def _add_chip_dtypes(result: ScanResult, chip: str | None) -> None:

@@ -143,6 +143,16 @@ def _memory_fit_context(fit: dict | None) -> dict | None:
     return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip")}
 
 
+def _plan_context(plan: dict | None) -> dict | None:
+    if not plan:
+        return None
+    from opscope.report import plan_view
+    return {"summary": plan_view.summary_line(plan), "changes": plan_view.change_rows(plan),
+            "change_headers": plan_view.CHANGE_HEADERS, "blockers": plan_view.blocker_rows(plan),
+            "blocker_headers": plan_view.BLOCKER_HEADERS, "install": plan_view.install_text(plan),
+            "notes": plan_view.notes(plan)}
+
+
 def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     """Everything the template shows, as plain strings and lists (escaped by jinja2)."""
     from opscope.report import charts as chart_module
@@ -208,6 +218,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                         for row in view.third_party_rows(result)],
         "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
         "glossary": glossary.terms(),
+        "plan": _plan_context(result.plan),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

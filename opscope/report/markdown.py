@@ -41,6 +41,7 @@ def render_markdown(result: ScanResult) -> str:
                f"**operator signatures:** {len(result.operators)}")
     if not result.complete:
         out += ["", f"> **Incomplete scan:** {_cell(result.incomplete_reason or view.NA)}"]
+    out += _plan_lines(result)
     out += ["", "## Verdicts", ""]
     out += _table(["verdict", "signatures", "time share"],
                   [[v, counts.get(v, 0), view.fmt_percent(shares.get(v))] for v in VERDICTS])
@@ -127,3 +128,20 @@ def write_markdown(result: ScanResult, path: Path) -> Path:
     path = Path(path)
     path.write_text(render_markdown(result), encoding="utf-8")
     return path
+
+
+def _plan_lines(result: ScanResult) -> list[str]:
+    """The port plan, first after the verdict: the release, what must change, the install block."""
+    if not result.plan:
+        return []
+    from opscope.report import plan_view
+    plan = result.plan
+    out = ["", "## Port plan", "", _cell(plan_view.summary_line(plan))]
+    if plan_view.change_rows(plan):
+        out += ["", *_table(plan_view.CHANGE_HEADERS, plan_view.change_rows(plan))]
+    if plan_view.blocker_rows(plan):
+        out += ["", *_table(plan_view.BLOCKER_HEADERS, plan_view.blocker_rows(plan))]
+    fence = "`" * 3
+    install = plan_view.install_text(plan).replace(fence, "'" * 3)
+    return out + ["", "Install on the Ascend machine:", "", fence + "sh", install, fence]
+

@@ -145,6 +145,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
         from opscope.analysis.verdicts import describe_readiness
         console.print(f"[bold]{describe_readiness(result.summary, result.target)}[/]")
     console.print(headline.verdict_line(result))
+    print_plan(result, console, run_dir or "RUN_DIR")
     narrow = console.width < NARROW
     fixes = fixes_table(result, top=10)
     if fixes is not None:
@@ -256,3 +257,19 @@ class progress_bar:
         if self._progress is not None:
             self._progress.stop()
         return False
+
+
+def print_plan(result: ScanResult, console: Console, run_dir: str) -> None:
+    """The port plan, first after the verdict: the release to install and what must change here."""
+    plan = result.plan
+    if not plan:
+        return
+    from opscope.report import plan_view
+    console.print(escape(plan_view.summary_line(plan)))
+    for where, package, now, planned, why in plan_view.change_rows(plan)[:8]:
+        console.print(f"  change {escape(where)}: {escape(package)} {escape(now)} -> {escape(planned)} ({escape(why)})")
+    for row in plan_view.blocker_rows(plan)[:5]:
+        console.print(f"  {escape(row[0])} blocks older releases: first runs in torch_npu {escape(row[2])}")
+    console.print(f"[dim]  the install block for the Ascend machine: report.html (Port plan) or "
+                  f"`opscope matrix plan {escape(run_dir)}`[/]")
+

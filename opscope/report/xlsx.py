@@ -165,6 +165,16 @@ def build_workbook(result: ScanResult):
                       verdict_col=2, fills={"error": "FFCDD2", "warning": "FFE0B2", "info": "BBDEFB"})
     for column in ("D", "G"):
         fixes_ws.column_dimensions[column].width = MAX_WIDTH
+    if result.plan:   # the port plan: the release, what must change, the install block (one line a row)
+        from opscope.report import plan_view
+        plan = result.plan
+        plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
+        plan_rows += [["change", *row[:3], f"{row[3]} ({row[4]})"] for row in plan_view.change_rows(plan)]
+        plan_rows += [["blocks older releases", row[0], row[1], row[2], f"runs in every release from {row[3]}"]
+                      for row in plan_view.blocker_rows(plan)]
+        plan_rows += [["install", "", "", "", line] for line in plan_view.install_text(plan).splitlines()]
+        _sheet(wb, "Plan", ["kind", "where / operator", "package / verdict", "now / first release", "planned"],
+               plan_rows)
     _add_npu_estimate(wb, result)
     rows = view.operator_rows(result)
     counts = view.verdict_counts(result)

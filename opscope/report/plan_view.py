@@ -1,0 +1,61 @@
+"""The port plan as every report shows it: one line, the changes, the install block (``ScanResult.plan``).
+
+The plan itself is made by ``analysis/release_plan.py`` (``opscope matrix plan RUN_DIR`` prints it in full);
+this module only words it, so the terminal, HTML, Markdown and XLSX say the same thing.
+"""
+from __future__ import annotations
+
+CHANGE_HEADERS = ["where", "package", "now", "planned", "why"]
+
+
+def ranges_text(runs: list) -> str:
+    """``[["2.1.0.post8", "2.14.0"]]`` -> ``2.1.0.post8 .. 2.14.0``."""
+    return ", ".join(a if a == b else f"{a} .. {b}" for a, b in runs or [])
+
+
+def release_text(facts: dict) -> str:
+    """``torch_npu 2.12.0 (torch 2.12.0, Python 3.10-3.13, CANN 9.1.0)``."""
+    python = facts.get("python") or []
+    py = f"Python {python[0]}-{python[-1]}" if len(python) > 1 else f"Python {python[0]}" if python else "Python ?"
+    cann = facts.get("cann") or "unknown"
+    if facts.get("cann") and facts.get("cann_inferred"):
+        cann += " (inferred)"
+    return f"torch_npu {facts.get('torch_npu')} (torch {facts.get('torch') or '?'}, {py}, CANN {cann})"
+
+
+def summary_line(plan: dict) -> str:
+    """One sentence: the release to install and the range of releases that run the scan."""
+    planned = plan.get("planned") or {}
+    best = ranges_text(plan.get("best_ranges") or [])
+    if plan.get("all_native"):
+        where = f"every captured operator runs without CPU fallback on torch_npu {best}"
+    else:
+        where = (f"the fewest operators fall back ({plan.get('fewest_blocking')}) on torch_npu {best}; "
+                 f"{len(plan.get('blockers') or [])} operator(s) block older releases")
+    return f"Port plan: install {release_text(planned)}; {where}."
+
+
+def change_rows(plan: dict) -> list[list[str]]:
+    """What in the scanned environment and the project's requirement files must change for the plan."""
+    env = plan.get("environment") or {}
+    return [[str(c.get("where") or ""), str(c.get("package") or ""), str(c.get("from") or "not installed"),
+             str(c.get("to") or ""), str(c.get("reason") or "")] for c in env.get("changes") or []]
+
+
+def blocker_rows(plan: dict) -> list[list[str]]:
+    """Each operator that blocks an older release: the first release that runs it."""
+    return [[str(b.get("op") or ""), ", ".join(b.get("verdicts") or []), str(b.get("first_supported_in") or "none"),
+             str(b.get("supported_from") or "none"), ranges_text(b.get("blocked_in") or [])]
+            for b in plan.get("blockers") or []]
+
+
+BLOCKER_HEADERS = ["operator", "verdict where blocked", "first release that runs it", "runs in every release from",
+                   "blocked in"]
+
+
+def install_text(plan: dict) -> str:
+    return str(plan.get("install") or "")
+
+
+def notes(plan: dict) -> list[str]:
+    return [str(n) for n in (plan.get("environment") or {}).get("notes") or []]
