@@ -232,6 +232,9 @@ class Operator(_Record):
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
     import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
     steady_time_us: float | None = None  # median self time per steady-state step (None: no such step)
+    # estimated time per step on the scan's NPU chip (device kernels; a CPU fallback's host time and copies):
+    # from shapes, so identical scans give identical figures; what the score and every share weigh
+    npu_time_us: float | None = None
     verdict: str | None = None
     evidence: dict = field(default_factory=dict)
     substitute: dict | None = None

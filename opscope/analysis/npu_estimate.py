@@ -470,8 +470,13 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
         by_type["TransData"] += transdata
         host = float(row.get("launches_per_step") or 0) * launch_us
+        # what the operator weighs in the readiness score: deterministic (from shapes), so never this machine's
+        # CPU time; a CPU fallback weighs its kernel as the NPU would run it plus the copies and the sync
+        weight = sum(units.values()) + transdata
         if row.get("fallback"):   # host time, the copies each way and the sync that waits for them
-            host += float(row.get("cpu_time_us") or 0) + _fallback_transfer_us(row, model) * n
+            transfer = _fallback_transfer_us(row, model) * n
+            host += float(row.get("cpu_time_us") or 0) + transfer
+            weight += transfer
             units = defaultdict(float)
         device = sum(units.values()) + transdata
         for unit, t in units.items():
@@ -494,7 +499,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
                      "transdata_us": round(transdata, 2), "host_us": round(host, 2),
                      "reason": "; ".join(r["text"] for r in reasons),
                      "fix": next((r["fix"] for r in reasons if r.get("fix")), ""),
-                     "reason_kinds": [r["kind"] for r in reasons]})
+                     "reason_kinds": [r["kind"] for r in reasons], "weight_us": round(weight, 2)})
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
     fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}

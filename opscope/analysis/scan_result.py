@@ -13,6 +13,7 @@ from pathlib import Path
 from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
+from opscope.analysis.npu_weights import weigh_by_npu
 from opscope.model import ScanExit, ScanResult, ScanSettings, ScanSummary, ScanTarget
 from opscope.version import __version__
 
@@ -100,8 +101,9 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     _add_static_findings(result, static_paths)
     _add_chip_dtypes(result, settings.chip)
     _add_verdicts(result, target, uses_device)
-    _add_third_party(result)
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
+    weigh_by_npu(result)   # the score and every share weigh the estimated NPU time, not this machine's CPU
+    _add_third_party(result)
     _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     _add_plan(result, settings.target)

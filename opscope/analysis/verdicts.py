@@ -284,8 +284,12 @@ def dtype_warnings(op) -> list[str]:
 
 
 def op_time_basis(operators) -> tuple[bool, Callable[[Any], float]]:
-    """(steady, op_time): an operator's median self time per steady-state step when any step after the first
-    was captured, else its total self time -- the one time basis of the readiness score and its shares."""
+    """(steady, op_time): the one time basis of the readiness score and its shares.  The estimated NPU time per
+    step (``Operator.npu_time_us``, ``npu_weights.py``: deterministic) once the estimate has set it; before that,
+    or for a scan without one, an operator's median self time per steady-state step when any step after the
+    first was captured, else its total self time."""
+    if any(op.npu_time_us is not None for op in operators):
+        return True, lambda op: float(op.npu_time_us or 0.0)
     steady = any(op.steady_time_us is not None for op in operators)
 
     def op_time(op) -> float:
@@ -359,7 +363,9 @@ def readiness_summary(result) -> dict:
         "score_formula": "100*(0.5*time_ok+0.5*signatures_ok) - min(20,5*root_causes) "
                          "[time_ok = 1 - blocking time share rounded to 0.1] "
                          "- min(10,2*errors+0.5*warnings) - 10*any_unsupported",
-        "time_basis": "median self time per steady-state step (steps after the first)" if steady
+        "time_basis": "estimated NPU time per step (from shapes: the same in every identical scan)"
+        if any(op.npu_time_us is not None for op in ops)
+        else "median self time per steady-state step (steps after the first)" if steady
         else "total self time of all captured steps (no step after the first)",
     }
 

@@ -75,6 +75,9 @@ def run(args) -> int:
             result = _recover(run_dir, args.quiet)
         assert result is not None
         _npu_estimate(result, args)
+        if args.chip or args.calibration:   # re-priced: the score and shares follow the new estimate
+            from opscope.analysis.npu_weights import weigh_by_npu
+            weigh_by_npu(result)
         for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
             if not args.quiet:
                 print(path)

@@ -58,6 +58,16 @@ def total_time_us(result: ScanResult) -> float:
     return sum(op_time_us(op) for op in result.operators)
 
 
+def share_time_us(op: Operator) -> float:
+    """What an operator weighs in every share ("time affected", the verdicts' shares): its estimated NPU time
+    per step when the scan has the estimate (from shapes: the same in identical scans), else time measured here."""
+    return float(op.npu_time_us) if op.npu_time_us is not None else op_time_us(op)
+
+
+def share_total_us(result: ScanResult) -> float:
+    return sum(share_time_us(op) for op in result.operators)
+
+
 def fmt_shapes(shapes) -> str:
     if not shapes:
         return ""
@@ -284,11 +294,11 @@ def verdict_time_share(result: ScanResult) -> dict[str, float]:
     given = result.summary.time_share
     if given:
         return {v: float(given.get(v) or 0.0) for v in VERDICTS}
-    total = total_time_us(result)
+    total = share_total_us(result)
     shares = {v: 0.0 for v in VERDICTS}
     if total:
         for op in result.operators:
-            shares[verdict_of(op)] += op_time_us(op) / total
+            shares[verdict_of(op)] += share_time_us(op) / total
     return shares
 
 
@@ -331,9 +341,10 @@ def _fix_tier(fix: Fix) -> int:
 def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
     """The ranked "what to change" list: blocking operators (with substitute and line), dynamic-shape
     root causes (with the fix), error-level CUDA findings, then the remaining findings.  Upstream
-    numeric-mismatch notes are evidence to check, not a change: ``numeric_checks`` lists them.  Within a kind the biggest share of measured time comes first, then severity.
+    numeric-mismatch notes are evidence to check, not a change: ``numeric_checks`` lists them.  Within a kind the biggest share of estimated NPU time (measured time without the
+    estimate) comes first, then severity.
     """
-    total = total_time_us(result)
+    total = share_total_us(result)
     fixes: list[Fix] = []
 
     by_name: dict[str, dict] = {}
@@ -342,7 +353,7 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
         if verdict not in BLOCKING or not op.verdict:  # no verdict computed is not a finding
             continue
         entry = by_name.setdefault(op.name, {"time": 0.0, "verdicts": set(), "sources": [], "sub": "", "why": ""})
-        entry["time"] += op_time_us(op)
+        entry["time"] += share_time_us(op)
         entry["verdicts"].add(verdict)
         if op.source and where_of(op, result) not in entry["sources"]:
             entry["sources"].append(where_of(op, result))
@@ -367,7 +378,7 @@ def top_fixes(result: ScanResult, limit: int | None = 10) -> list[Fix]:
     fixes += _install_fixes(result, total)
     op_time_by_name: dict[str, float] = {}
     for op in result.operators:
-        op_time_by_name[op.name] = op_time_by_name.get(op.name, 0.0) + op_time_us(op)
+        op_time_by_name[op.name] = op_time_by_name.get(op.name, 0.0) + share_time_us(op)
     for rc in result.root_causes:
         affected = sum(op_time_by_name.get(name, 0.0) for name in rc.ops or [])
         fixes.append(Fix(
@@ -397,7 +408,7 @@ def _install_fixes(result: ScanResult, total: float) -> list[Fix]:
         if verdict_of(op) != "adapter" or not evidence.get("install"):
             continue
         entry = by_install.setdefault(evidence["install"], {"ops": [], "time": 0.0, "sources": [], "ev": evidence})
-        entry["time"] += op_time_us(op)
+        entry["time"] += share_time_us(op)
         if op.name not in entry["ops"]:
             entry["ops"].append(op.name)
         if op.source and where_of(op, result) not in entry["sources"]:
@@ -466,7 +477,7 @@ _WARNING = re.compile(r"^(?P<dtype>[\w.]+): upstream (?P<test>\S+) fails for (?P
 
 def numeric_checks(result: ScanResult) -> list[NumericCheck]:
     """One evidence line per operator family with an upstream numeric mismatch, most time first."""
-    total = total_time_us(result)
+    total = share_total_us(result)
     families: dict[str, dict] = {}
     for op in result.operators:
         if verdict_of(op) not in ("native", "composite"):
@@ -480,7 +491,7 @@ def numeric_checks(result: ScanResult) -> list[NumericCheck]:
             for key, value in (("dtypes", m["dtype"]), ("ops", op.name), ("sources", op.source)):
                 if value and value not in entry[key]:
                     entry[key].append(value)
-            entry["time"] += op_time_us(op)
+            entry["time"] += share_time_us(op)
     checks = [NumericCheck(family, e["dtypes"], e["meaning"], e["test"], e["ops"], e["sources"],
                            e["time"] / total if total else None) for family, e in families.items()]
     checks.sort(key=lambda c: (-(c.share or 0.0), c.family))
