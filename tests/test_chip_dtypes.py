@@ -157,3 +157,31 @@ def test_scan_with_an_unknown_chip_exits_2_with_one_line_listing_the_known_chips
     error = [line for line in proc.stderr.splitlines() if "unknown chip" in line]
     assert len(error) == 1 and "'910Z'" in error[0]
     assert all(name in error[0] for name in ("Ascend910A", "Ascend910B1", "Ascend910B4"))
+
+
+def test_report_for_another_chip_judges_its_dtypes_and_memory_again(tmp_path):
+    """`opscope report RUN --chip 910A` of a 910B2 scan: the bf16 error appears, the score follows."""
+    run = tmp_path / "b2"
+    proc = run_opscope("scan", MLP, "--chip", "910B2", "--steps", "3", "--out", run, "--format", "", "--", "--uint64")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = load_scan(run)
+    assert not any(f["rule"] == "chip-dtype-bf16" for f in before["findings"])
+    proc = run_opscope("report", run, "--chip", "910A", "--format", "json", "-o", tmp_path / "a")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = load_scan(tmp_path / "a")
+    assert any(f["rule"] == "chip-dtype-bf16" for f in after["findings"])
+    assert after["npu_estimate"]["chip"] == "Ascend910A"
+    assert after["summary"]["readiness_score"] < before["summary"]["readiness_score"]
+
+
+def test_a_memory_fit_is_judged_again_for_another_chips_hbm():
+    from opscope.analysis.memory_fit import for_chip, memory_fit
+    gib = 2 ** 30
+    record = {"steps": [{"step": 2, "bytes": 40 * gib, "phase": "backward",
+                         "breakdown": {"parameters": 6 * gib, "gradients": 6 * gib, "optimizer_state": 12 * gib},
+                         "end_breakdown": {"parameters": 6 * gib, "gradients": 6 * gib, "optimizer_state": 12 * gib}}]}
+    b2 = memory_fit(record, "Ascend910B2")   # 64 GiB
+    b4 = for_chip(b2, "Ascend910B4")          # 32 GiB
+    assert b2["fits_one_card"] and not b4["fits_one_card"]
+    assert b4["parts"] == b2["parts"] and b4["peak_bytes"] == b2["peak_bytes"] == 40 * gib
+    assert b4["chip"] == "Ascend910B4" and b4["cards"]["zero3"]["cards"] > 1

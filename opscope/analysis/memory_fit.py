@@ -58,11 +58,25 @@ def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
         parts["gradients"] = max(parts["gradients"], int(end.get("gradients", 0)), int(at_peak.get("gradients", 0)))
     parts["activations"] = max(0, int(peak["bytes"]) - sum(int((peak.get("breakdown") or {}).get(p, 0))
                                                           for p in ("parameters", "gradients", "optimizer_state")))
+    peak_bytes = max(int(peak["bytes"]), sum(parts.values()))
+    return {**_cards(parts, peak_bytes, chip_name),
+            "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
+            "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),
+            "basis": "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)"}
+
+
+def for_chip(fit: dict, chip_name: str) -> dict:
+    """A stored fit judged again for another chip's memory (``opscope report RUN_DIR --chip C``): the same
+    parts and peak, that chip's capacity and card counts."""
+    return {**fit, **_cards(dict(fit["parts"]), int(fit["peak_bytes"]), chip_name)}
+
+
+def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
+    """Capacity, whether one card holds the peak, and the cards each layout needs, for one chip."""
     card = chip(chip_name)
     cap = card["capacity_bytes"]
     counts = [int(n) for n in load("npu_memory.yaml").get("card_counts") or [1, 2, 4, 8]]
     P, G, S, A = (parts[p] for p in PARTS)
-    peak_bytes = max(int(peak["bytes"]), P + G + S + A)
     layouts = {
         "zero1": lambda n: P + G + S / n + A,
         "zero2": lambda n: P + (G + S) / n + A,
@@ -73,13 +87,8 @@ def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
     for name, per_card in layouts.items():
         fit = next((n for n in counts if per_card(n) <= cap), None)
         cards[name] = {"cards": fit, "per_card_bytes": int(per_card(fit)) if fit else int(per_card(counts[-1]))}
-    return {
-        "chip": card["name"], "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
-        "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
-        "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),
-        "fits_one_card": peak_bytes <= cap, "cards": cards,
-        "basis": "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)",
-    }
+    return {"chip": card["name"], "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
+            "fits_one_card": peak_bytes <= cap, "cards": cards}
 
 
 def _gib(n: float) -> str:

@@ -27,6 +27,20 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _for_chip(result, chip_name: str) -> None:
+    """What depends on the chip besides the estimate, judged again for ``--chip``: the dtype findings (bf16 on a
+    910A ...) and the memory fit (the same parts against that chip's HBM)."""
+    from opscope.analysis.chip_dtypes import chip_dtype_findings
+    from opscope.analysis.findings import merge_findings
+    from opscope.analysis.memory_fit import for_chip
+    from opscope.analysis.npu_cost import resolve_chip
+    name = resolve_chip(chip_name)[0]
+    kept = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
+    result.findings = merge_findings(kept, chip_dtype_findings(result.operators, name))
+    if result.memory_fit:
+        result.memory_fit = for_chip(result.memory_fit, name)
+
+
 def _npu_estimate(result, args) -> None:
     """Re-price the stored NPU estimate for --chip / a calibration file, or estimate a scan.json written
     before the estimate existed.  A stored basis that cannot be priced is a one-line error (exit 2)."""
@@ -75,6 +89,8 @@ def run(args) -> int:
             result = _recover(run_dir, args.quiet)
         assert result is not None
         _npu_estimate(result, args)
+        if args.chip:
+            _for_chip(result, args.chip)
         if args.chip or args.calibration:   # re-priced: the score and shares follow the new estimate
             from opscope.analysis.npu_weights import weigh_by_npu
             weigh_by_npu(result)
