@@ -113,14 +113,21 @@ def _read(path: Path, notes: list[str]) -> str | None:
         return None
 
 
-def parse_requirements_txt(path: Path, notes: list[str]) -> list[dict]:
-    """``[{"file", "line", "text", "requirement"}]`` of one requirements file; bad lines noted and skipped."""
+def _text_and_packaging(path: Path, notes: list[str]):
+    """(the file's text, packaging's classes); either None (noted) when the file cannot be parsed."""
     text = _read(path, notes)
-    tools = _packaging()
     if text is None:
-        return []
+        return None, None
+    tools = _packaging()
     if tools is None:
         notes.append(f"{path}: not parsed (the 'packaging' library is not installed)")
+    return text, tools
+
+
+def parse_requirements_txt(path: Path, notes: list[str]) -> list[dict]:
+    """``[{"file", "line", "text", "requirement"}]`` of one requirements file; bad lines noted and skipped."""
+    text, tools = _text_and_packaging(path, notes)
+    if text is None or tools is None:
         return []
     requirement_cls, invalid = tools[0], tools[1]
     out = []
@@ -142,12 +149,8 @@ def parse_requirements_txt(path: Path, notes: list[str]) -> list[dict]:
 def parse_pyproject(path: Path, notes: list[str]) -> list[dict]:
     """Requirements of ``[project] dependencies`` / ``optional-dependencies`` with their line numbers."""
     import tomllib
-    text = _read(path, notes)
-    tools = _packaging()
-    if text is None:
-        return []
-    if tools is None:
-        notes.append(f"{path}: not parsed (the 'packaging' library is not installed)")
+    text, tools = _text_and_packaging(path, notes)
+    if text is None or tools is None:
         return []
     try:
         data = tomllib.loads(text)

@@ -53,7 +53,11 @@ def after_import(callbacks: dict[str, Callback]) -> list:
     for name, callback in callbacks.items():
         if name in sys.modules:
             callback(sys.modules[name])
-    finder = _AfterImportFinder(callbacks)
+    return first_finder(_AfterImportFinder(callbacks))
+
+
+def first_finder(finder) -> list:
+    """Put ``finder`` first on ``sys.meta_path``; the undo handle (``remove()``) in a list, as hooks are kept."""
     sys.meta_path.insert(0, finder)
 
     class _Undo:

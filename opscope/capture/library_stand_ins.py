@@ -229,11 +229,5 @@ def install_library_stand_ins(findings) -> list:
     if "apex" in missing and findings is not None:
         from opscope.capture import apex_stand_in
         apex_stand_in.bind(findings.precision)
-    finder = _StandInFinder(missing, findings)
-    sys.meta_path.insert(0, finder)
-
-    class _Undo:
-        def remove(self):
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-    return [_Undo()]
+    from opscope.capture.import_hooks import first_finder
+    return first_finder(_StandInFinder(missing, findings))
