@@ -185,3 +185,14 @@ def test_a_memory_fit_is_judged_again_for_another_chips_hbm():
     assert b2["fits_one_card"] and not b4["fits_one_card"]
     assert b4["parts"] == b2["parts"] and b4["peak_bytes"] == b2["peak_bytes"] == 40 * gib
     assert b4["chip"] == "Ascend910B4" and b4["cards"]["zero3"]["cards"] > 1
+
+
+def test_operators_that_never_run_on_the_npu_are_not_flagged():
+    """A not-applicable operator (the scanning machine's own kernel inside a public one) is no dtype problem."""
+    from opscope.analysis.chip_dtypes import chip_dtype_findings
+    from opscope.model import Operator
+    inside = Operator(name="aten::mm", overload=None, input_shapes=[[8, 8], [8, 8]], dtypes=["double", "double"],
+                      phase="forward", source="t.py:3", calls=2, verdict="not-applicable")
+    assert chip_dtype_findings([inside], "Ascend910B2") == []
+    inside.verdict = "native"
+    assert [f.rule for f in chip_dtype_findings([inside], "Ascend910B2")] == ["chip-dtype-float64"]

@@ -213,3 +213,15 @@ def test_every_report_leads_with_the_plan(cnn_scan, tmp_path):
     assert md.index("## Port plan") < md.index("## Verdicts") and "pip install torch-npu==" in md
     sheets = openpyxl.load_workbook(tmp_path / "report.xlsx").sheetnames
     assert sheets[:2] == ["Fixes", "Plan"]
+
+
+def test_pip_compile_requirements_with_hashes_and_continuations_are_read(tmp_path):
+    from opscope.analysis.environment import parse_requirements_txt
+    path = tmp_path / "requirements.txt"
+    path.write_text("torch==2.5.1 \\\n    --hash=sha256:abc \\\n    --hash=sha256:def\n"
+                    "torchvision==0.20.1\t# pinned with torch\n-r other.txt\nnumpy>=1.2 --hash=sha256:x\n")
+    notes: list[str] = []
+    rows = parse_requirements_txt(path, notes)
+    assert [(r["line"], str(r["requirement"])) for r in rows] == [(1, "torch==2.5.1"), (4, "torchvision==0.20.1"),
+                                                                   (6, "numpy>=1.2")]
+    assert notes == []

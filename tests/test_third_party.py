@@ -526,3 +526,20 @@ def test_an_unknown_library_is_named_with_its_version_here():
     assert f"the pytest library ({installed.__version__} here)" in ops[0].evidence["detail"]
     assert ops[1].verdict == "unknown" and ops[1].evidence["library_version"] is None
     assert "the mylab_never_installed namespace" in ops[1].evidence["detail"]
+
+
+def test_the_extension_wrapping_is_undone_when_the_session_ends():
+    import types
+
+    from opscope.capture.extension_calls import wrap_module
+    from opscope.capture.patches import RestoreAll
+
+    def nms(boxes):
+        return boxes
+    module = types.ModuleType("fake_ext")
+    module.nms = nms
+    restores: list = []
+    assert wrap_module(module, "opscope_test_ext", "", restores) == 1 and module.nms is not nms
+    assert wrap_module(module, "opscope_test_ext", "", restores) == 0   # wrapped once
+    RestoreAll(restores).remove()
+    assert module.nms is nms

@@ -124,6 +124,24 @@ def _text_and_packaging(path: Path, notes: list[str]):
     return text, tools
 
 
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(number of the first physical line, text) of each requirement line, with ``\\`` continuations joined
+    (pip-compile writes ``torch==2.5.1 \\`` then ``--hash=sha256:...`` lines)."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not pending:
+            start = number
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        out.append((start, pending + raw))
+        pending = ""
+    if pending:
+        out.append((start, pending))
+    return out
+
+
 def parse_requirements_txt(path: Path, notes: list[str]) -> list[dict]:
     """``[{"file", "line", "text", "requirement"}]`` of one requirements file; bad lines noted and skipped."""
     text, tools = _text_and_packaging(path, notes)
@@ -131,10 +149,11 @@ def parse_requirements_txt(path: Path, notes: list[str]) -> list[dict]:
         return []
     requirement_cls, invalid = tools[0], tools[1]
     out = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+    for number, raw in _logical_lines(text):
+        line = "" if raw.lstrip().startswith("#") else re.split(r"\s+#", raw, maxsplit=1)[0].strip()
         if not line or line.startswith(("-", "--")):   # options, -r other files, -e editable installs
             continue
+        line = re.sub(r"\s--[A-Za-z][\w-]*(=\S+)?", "", line).strip()   # per-line options: --hash=sha256:...
         if "://" in line or line.startswith((".", "/")):
             continue   # a URL or a path: not a named requirement
         try:
@@ -201,7 +220,7 @@ def project_requirements(script: str | None, cwd: str | None = None) -> tuple[li
 
 def planned_versions(planned: dict) -> dict[str, tuple[str, str]]:
     """package -> (version or series, why) that the planned release installs."""
-    from opscope.analysis.release_plan import companion_version
+    from opscope.analysis.release_pairs import companion_version
     torch_npu, torch = planned["torch_npu"], planned.get("torch")
     out = {"torch-npu": (torch_npu, "the planned torch_npu release")}
     if torch:
@@ -355,7 +374,7 @@ def install_block(planned: dict, installed: dict, adapters: list) -> str:
         lines.append(f"pip install torch=={torch} --index-url {TORCH_CPU_INDEX}   # x86_64; aarch64: "
                      f"pip install torch=={torch}")
     lines.append(f"pip install torch-npu=={torch_npu} pyyaml setuptools")
-    from opscope.analysis.release_plan import companion_version
+    from opscope.analysis.release_pairs import companion_version
     for package in ("torchvision", "torchaudio"):
         version = companion_version(package, torch)
         if installed.get(package) and version:

@@ -63,8 +63,7 @@ def target_version(key: str) -> str:
 
 def judge_versions(result, lines: list[str]) -> dict:
     """{line: {"summary": readiness summary, "version": torch_npu version}} for one scan."""
-    from opscope.analysis.scan_result import _mark_host_only
-    from opscope.analysis.verdicts import assign_verdicts, readiness_summary
+    from opscope.analysis.verdicts import assign_verdicts, mark_host_only, readiness_summary
 
     uses_device = not any((op.evidence or {}).get("rule") == "setup-without-device" for op in result.operators)
     out = {}
@@ -72,7 +71,7 @@ def judge_versions(result, lines: list[str]) -> dict:
         ops = copy.deepcopy(result.operators)
         target = assign_verdicts(ops, line)
         judged = dataclasses.replace(result, operators=ops)
-        _mark_host_only(judged, uses_device)
+        mark_host_only(judged.operators, uses_device)
         out[line] = {"summary": readiness_summary(judged), "version": target["version"]}
     return out
 

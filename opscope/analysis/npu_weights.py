@@ -31,7 +31,9 @@ def assign_npu_times(operators, estimate: dict | None) -> bool:
         weights[key] = weights.get(key, 0.0) + weight
     for op in operators:
         name = op.name + (f".{op.overload}" if op.overload else "")
-        op.npu_time_us = round(weights.get(_key(name, op.input_shapes, op.dtypes, op.phase, op.source), 0.0), 3)
+        key = _key(name, op.input_shapes, op.dtypes, op.phase, op.source)
+        # the estimate priced each signature once: a not-applicable twin (host-only data work) weighs nothing
+        op.npu_time_us = 0.0 if op.verdict == "not-applicable" else round(weights.pop(key, 0.0), 3)
     return True
 
 

@@ -23,9 +23,9 @@ import copy
 import time
 from typing import Any
 
+from opscope.analysis.release_pairs import PAIRS_FILE, pairs
 from opscope.knowledge import load_optional
 
-PAIRS_FILE = "release_pairs.yaml"
 BAD = ("cpu-fallback", "unsupported", "unknown")
 
 
@@ -34,15 +34,11 @@ def _version_key(version: str) -> tuple:
     return version_key(version)
 
 
-def _pairs() -> dict:
-    return load_optional(PAIRS_FILE)
-
-
 def _source_text(key: str | None) -> str:
     """``Ascend/pytorch@9e73e708 COMPATIBILITY.en.md ...`` for a source key of release_pairs.yaml."""
     if not key:
         return ""
-    source = (_pairs().get("sources") or {}).get(key) or {}
+    source = (pairs().get("sources") or {}).get(key) or {}
     where = source.get("repo") or source.get("package") or source.get("url") or key
     pin = str(source.get("commit") or "")[:8] or str(source.get("version") or source.get("retrieved") or "")
     return f"{where}{'@' + pin if pin else ''} {source.get('at', '')}".strip()
@@ -58,9 +54,9 @@ def release_facts(version: str) -> dict:
         line = release.line if release is not None else release_line(version)
     except Exception:   # an op-plugin-only line such as "2.15"
         line = version
-    pairs = _pairs()
-    line_data = (pairs.get("lines") or {}).get(line) or {}
-    data = (pairs.get("releases") or {}).get(version) or {}
+    facts_file = pairs()
+    line_data = (facts_file.get("lines") or {}).get(line) or {}
+    data = (facts_file.get("releases") or {}).get(version) or {}
     torch = release.torch if release is not None and release.torch else line_data.get("torch")
     facts: dict[str, Any] = {
         "torch_npu": version, "line": line,
@@ -84,21 +80,6 @@ def release_facts(version: str) -> dict:
     return facts
 
 
-def companion_version(package: str, torch: str | None) -> str | None:
-    """The release of ``package`` that pairs with ``torch`` (``torchvision`` 0.21.* for torch 2.6.0)."""
-    if not torch:
-        return None
-    rule = ((_pairs().get("companions") or {}).get(package)) or {}
-    parts = torch.split("+")[0].split(".")
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    if "minor_offset" in rule and parts[0] == "2":
-        return f"0.{int(parts[1]) + int(rule['minor_offset'])}.*"
-    if rule.get("same_version"):
-        return ".".join(parts[:3])
-    return None
-
-
 # ---- judging every release -----------------------------------------------------------------------
 
 def _uses_device(operators) -> bool:
@@ -108,11 +89,9 @@ def _uses_device(operators) -> bool:
 def judge_releases(operators, versions: list[str] | None = None, uses_device: bool | None = None) -> list[dict]:
     """For each release (default: every exact release of the matrix, oldest first): the signatures that fall
     back or are not covered there, as the scan's judge finds them (``assign_verdicts`` + host-only marking)."""
-    from opscope.analysis.scan_result import _mark_host_only
-    from opscope.analysis.verdicts import assign_verdicts
+    from opscope.analysis.verdicts import assign_verdicts, mark_host_only
     from opscope.matrix.judge import RANK
     from opscope.matrix.store import load_matrix
-    from opscope.model import ScanResult
     operators = list(operators)
     uses_device = _uses_device(operators) if uses_device is None else uses_device
     versions = list(versions) if versions is not None else load_matrix().versions
@@ -120,7 +99,7 @@ def judge_releases(operators, versions: list[str] | None = None, uses_device: bo
     for version in versions:
         ops = [copy.copy(op) for op in operators]
         info = assign_verdicts(ops, version)
-        _mark_host_only(ScanResult(operators=ops), uses_device)
+        mark_host_only(ops, uses_device)
         blocking: dict[str, str] = {}
         for op in ops:
             if op.verdict in BAD:

@@ -99,8 +99,7 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
                                if len(dirs) > 1 else "the other ranks ran remapped but were not captured "
                                                      "(--ranks all captures each into its own folder)"))
     _add_static_findings(result, static_paths)
-    _add_chip_dtypes(result, settings.chip)
-    _add_verdicts(result, target, uses_device)
+    _add_verdicts(result, target, uses_device, settings.chip)
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
     weigh_by_npu(result)   # the score and every share weigh the estimated NPU time, not this machine's CPU
     _add_third_party(result)
@@ -124,8 +123,8 @@ def _add_plan(result: ScanResult, target: str | None) -> None:
 
 
 def _add_chip_dtypes(result: ScanResult, chip: str | None) -> None:
-    """Findings for what the chip does with the operators' dtypes (bf16 on a 910A, float64, ...);
-    before the verdicts so that the score counts them."""
+    """Findings for what the chip does with the operators' dtypes (bf16 on a 910A, float64, ...), among the
+    operators that run on the NPU (judged: not-applicable ones left out); the score counts them."""
     from opscope.analysis.chip_dtypes import chip_dtype_findings
     from opscope.analysis.findings import merge_findings
     result.findings = merge_findings(result.findings, chip_dtype_findings(result.operators, chip))
@@ -273,29 +272,6 @@ def _classify_host_ops(operators) -> str | None:
     return "; ".join(notes) or None
 
 
-def _mark_host_only(result: ScanResult, uses_device: bool = True) -> None:
-    for op in result.operators:
-        if op.import_time:
-            op.verdict = "not-applicable"
-            op.evidence = {"rule": "import-time",
-                           "detail": "only ran while a library was being imported (module-level code run by the "
-                                     f"import at {op.source or 'an import'}, on host tensors): not part of the "
-                                     "training job, so no NPU kernel is needed",
-                           "source": op.source}
-            op.substitute = None
-        elif not op.on_device:
-            rule = "host-tensors" if uses_device else "setup-without-device"
-            detail = ("only ran on host (CPU) tensors during set-up or data loading in the original script: it "
-                      "stays on the CPU after porting, so no NPU kernel is needed")
-            if rule == "setup-without-device":
-                detail = ("only ran during set-up or data loading of a script that uses no accelerator; set-up "
-                          "normally stays on the host when the model and data are moved to the NPU afterwards, so "
-                          "no NPU kernel is needed (unless the port creates these tensors on the NPU directly)")
-            op.verdict = "not-applicable"
-            op.evidence = {"rule": rule, "detail": detail, "source": op.source}
-            op.substitute = None
-
-
 def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
     if static_paths is None:
         return
@@ -321,8 +297,9 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
     result.findings = merge_findings(result.findings, static)
 
 
-def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True) -> None:
-    from opscope.analysis.verdicts import assign_verdicts, readiness_summary
+def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True, chip: str | None = None) -> None:
+    from opscope.analysis.verdicts import assign_verdicts, mark_host_only, readiness_summary
     result.target = ScanTarget.from_dict(assign_verdicts(result.operators, target), "$.target")
-    _mark_host_only(result, uses_device)
+    mark_host_only(result.operators, uses_device)
+    _add_chip_dtypes(result, chip)   # after the verdicts (not-applicable ops never run on the NPU), before the score
     result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")

@@ -211,6 +211,31 @@ def assign_verdicts(operators, target: str | None) -> dict:
     return info
 
 
+def mark_host_only(operators, uses_device: bool = True) -> None:
+    """Operators that only ran at import time or on host tensors during set-up or data loading: not-applicable
+    (they stay on the CPU after porting), whatever the release."""
+    for op in operators:
+        if op.import_time:
+            op.verdict = "not-applicable"
+            op.evidence = {"rule": "import-time",
+                           "detail": "only ran while a library was being imported (module-level code run by the "
+                                     f"import at {op.source or 'an import'}, on host tensors): not part of the "
+                                     "training job, so no NPU kernel is needed",
+                           "source": op.source}
+            op.substitute = None
+        elif not op.on_device:
+            rule = "host-tensors" if uses_device else "setup-without-device"
+            detail = ("only ran on host (CPU) tensors during set-up or data loading in the original script: it "
+                      "stays on the CPU after porting, so no NPU kernel is needed")
+            if rule == "setup-without-device":
+                detail = ("only ran during set-up or data loading of a script that uses no accelerator; set-up "
+                          "normally stays on the host when the model and data are moved to the NPU afterwards, so "
+                          "no NPU kernel is needed (unless the port creates these tensors on the NPU directly)")
+            op.verdict = "not-applicable"
+            op.evidence = {"rule": rule, "detail": detail, "source": op.source}
+            op.substitute = None
+
+
 def _verdict(op, ctx: _Context) -> tuple[str, dict]:
     pattern = is_backend_private(op.name)
     if pattern:
@@ -407,5 +432,5 @@ def describe_readiness(summary: ScanSummary | dict, target: ScanTarget | dict | 
             f"{summary.findings or 0} finding(s)")
 
 
-__all__ = ["assign_verdicts", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",
+__all__ = ["assign_verdicts", "mark_host_only", "readiness_summary", "resolve_target", "describe_readiness", "substitute_for", "dtype_warnings",
            "is_backend_private", "RANK"]

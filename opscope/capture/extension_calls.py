@@ -96,13 +96,18 @@ def wrap(fn: Callable, namespace: str, name: str) -> Callable:
     return recorded
 
 
-def wrap_module(module, namespace: str, prefix: str) -> int:
-    """Wrap every public function of an extension module in place; how many were wrapped."""
+def wrap_module(module, namespace: str, prefix: str, restores: list | None = None) -> int:
+    """Wrap every public function of an extension module in place (each original kept in ``restores``, to put
+    back when the session ends); how many were wrapped."""
+    from opscope.capture.patches import Restore
     count = 0
     for attr in list(vars(module)):
         value = getattr(module, attr)
-        if attr.startswith("_") or isinstance(value, type) or not callable(value):
+        if attr.startswith("_") or isinstance(value, type) or not callable(value) \
+                or getattr(value, "__opscope_extension__", None):
             continue
+        if restores is not None:
+            restores.append(Restore(module, attr, value))
         setattr(module, attr, wrap(value, namespace, prefix + attr))
         count += 1
     return count
@@ -113,8 +118,10 @@ def install_extension_recording() -> list:
     from functools import partial
 
     from opscope.capture.import_hooks import after_import
+    from opscope.capture.patches import RestoreAll
+    restores: list = []
 
     def wrap_all(module, namespace: str, prefix: str) -> None:
-        wrap_module(module, namespace, prefix)
-    return after_import({name: partial(wrap_all, namespace=namespace, prefix=prefix)
-                         for name, (namespace, prefix) in extension_modules().items()})
+        wrap_module(module, namespace, prefix, restores)
+    return [*after_import({name: partial(wrap_all, namespace=namespace, prefix=prefix)
+                           for name, (namespace, prefix) in extension_modules().items()}), RestoreAll(restores)]

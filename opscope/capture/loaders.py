@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from opscope.capture.patches import Restore
+from opscope.capture.patches import Restore, RestoreAll
 from opscope.knowledge import load
 from opscope.model import loader_key
 
@@ -202,7 +202,7 @@ def install_collator_sites(session) -> list:
                 restores.append(Restore(cls, "__init__", init))
                 setattr(cls, "__init__", _remembering(init, session))   # noqa: B010 - a class's own __init__
 
-    return [*after_import({module: patch for module in classes}), _RestoreAll(restores)]
+    return [*after_import({module: patch for module in classes}), RestoreAll(restores)]
 
 
 def _remembering(init, session):
@@ -217,12 +217,3 @@ def _remembering(init, session):
     remembering_init.__opscope__ = True   # type: ignore[attr-defined]
     remembering_init.__wrapped__ = init   # type: ignore[attr-defined]
     return remembering_init
-
-
-class _RestoreAll:
-    def __init__(self, restores: list):
-        self.restores = restores
-
-    def remove(self) -> None:
-        for restore in reversed(self.restores):
-            restore.remove()

@@ -10,3 +10,17 @@ class Restore:
 
     def remove(self):
         setattr(self.owner, self.attr, self.original)
+
+
+class RestoreAll:
+    """Removable patches gathered as they are made (a module's functions, wrapped when it is imported): all
+    undone at once, the latest first."""
+
+    def __init__(self, restores: list):
+        self.restores = restores
+
+    def remove(self) -> None:
+        for restore in reversed(self.restores):
+            restore.remove()
+        self.restores.clear()
+

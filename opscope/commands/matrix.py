@@ -244,8 +244,10 @@ def run_plan(args: argparse.Namespace) -> int:
         console.print(f"torch_npu range: {ranges} - every captured operator runs without CPU fallback "
                       f"({plan['releases_judged']} releases judged)")
     else:
-        console.print(f"torch_npu range: {ranges} - the fewest operator signatures fall back there "
-                      f"({plan['fewest_blocking']}; {plan['releases_judged']} releases judged)")
+        never = sum(1 for b in plan["blockers"] if not b["first_supported_in"])
+        console.print(f"torch_npu range: {ranges} - the fewest operator signatures do not run natively there "
+                      f"({plan['fewest_blocking']}; {plan['releases_judged']} releases judged)"
+                      + (f"; {never} operator(s) run natively on no release: replace them" if never else ""))
     console.print(_release_table(plan))
     if plan["blockers"]:
         console.print(_blockers_table(plan["blockers"]))
@@ -285,7 +287,7 @@ def _release_table(plan: dict):
 
 def _blockers_table(rows: list):
     from rich.table import Table
-    table = Table(title="Operators that block some releases", header_style="bold")
+    table = Table(title="Operators that block releases ('never': on no release: replace them)", header_style="bold")
     for col in ("operator", "verdict", "first supported in", "supported in every release from", "blocked in"):
         table.add_column(col, overflow="fold")
     for row in rows:

@@ -27,11 +27,17 @@ def summary_line(plan: dict) -> str:
     """One sentence: the release to install and the range of releases that run the scan."""
     planned = plan.get("planned") or {}
     best = ranges_text(plan.get("best_ranges") or [])
+    blockers = plan.get("blockers") or []
+    never = sum(1 for b in blockers if not b.get("first_supported_in"))
     if plan.get("all_native"):
         where = f"every captured operator runs without CPU fallback on torch_npu {best}"
     else:
-        where = (f"the fewest operators fall back ({plan.get('fewest_blocking')}) on torch_npu {best}; "
-                 f"{len(plan.get('blockers') or [])} operator(s) block older releases")
+        where = (f"the fewest operator signatures do not run natively ({plan.get('fewest_blocking')}) on torch_npu "
+                 f"{best}")
+        if never:
+            where += f"; {never} operator(s) run natively on no release: replace them"
+        if len(blockers) > never:
+            where += f"; {len(blockers) - never} operator(s) block older releases"
     return f"Port plan: install {release_text(planned)}; {where}."
 
 
@@ -44,7 +50,7 @@ def change_rows(plan: dict) -> list[list[str]]:
 
 def blocker_rows(plan: dict) -> list[list[str]]:
     """Each operator that blocks an older release: the first release that runs it."""
-    return [[str(b.get("op") or ""), ", ".join(b.get("verdicts") or []), str(b.get("first_supported_in") or "none"),
+    return [[str(b.get("op") or ""), ", ".join(b.get("verdicts") or []), str(b.get("first_supported_in") or "never"),
              str(b.get("supported_from") or "none"), ranges_text(b.get("blocked_in") or [])]
             for b in plan.get("blockers") or []]
 

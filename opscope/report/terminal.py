@@ -269,7 +269,9 @@ def print_plan(result: ScanResult, console: Console, run_dir: str) -> None:
     for where, package, now, planned, why in plan_view.change_rows(plan)[:8]:
         console.print(f"  change {escape(where)}: {escape(package)} {escape(now)} -> {escape(planned)} ({escape(why)})")
     for row in plan_view.blocker_rows(plan)[:5]:
-        console.print(f"  {escape(row[0])} blocks older releases: first runs in torch_npu {escape(row[2])}")
+        when = ("runs natively on no release: replace it" if row[2] == "never"
+                else f"blocks older releases: first runs in torch_npu {escape(row[2])}")
+        console.print(f"  {escape(row[0])} {when}")
     console.print(f"[dim]  the install block for the Ascend machine: report.html (Port plan) or "
                   f"`opscope matrix plan {escape(run_dir)}`[/]")
 

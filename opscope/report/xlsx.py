@@ -170,8 +170,8 @@ def build_workbook(result: ScanResult):
         plan = result.plan
         plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
         plan_rows += [["change", *row[:3], f"{row[3]} ({row[4]})"] for row in plan_view.change_rows(plan)]
-        plan_rows += [["blocks older releases", row[0], row[1], row[2], f"runs in every release from {row[3]}"]
-                      for row in plan_view.blocker_rows(plan)]
+        plan_rows += [["runs natively on no release" if row[2] == "never" else "blocks older releases", row[0], row[1],
+                       row[2], f"runs in every release from {row[3]}"] for row in plan_view.blocker_rows(plan)]
         plan_rows += [["install", "", "", "", line] for line in plan_view.install_text(plan).splitlines()]
         _sheet(wb, "Plan", ["kind", "where / operator", "package / verdict", "now / first release", "planned"],
                plan_rows)
