@@ -231,3 +231,31 @@ def install_library_stand_ins(findings) -> list:
         apex_stand_in.bind(findings.precision)
     from opscope.capture.import_hooks import first_finder
     return first_finder(_StandInFinder(missing, findings))
+
+
+class _MissingLibraryWatcher(importlib.abc.MetaPathFinder):
+    """Where no stand-in is served (a real GPU or NPU scan): an import of a GPU-only library that is not
+    installed fails as it would without opscope, and the line is reported (``library-fallback``): the script
+    ran its fallback path, not the program that runs with the library."""
+
+    def __init__(self, missing: set[str], findings):
+        self.missing, self.findings = missing, findings
+        self.seen: set[str] = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top in self.missing and top not in self.seen:
+            self.seen.add(top)
+            self.findings.record("library-fallback", f"import {top} (not installed: the script's fallback ran)",
+                                 remapped=False)
+        return None   # the import fails as it would: the script's except branch runs
+
+
+def watch_missing_libraries(findings) -> list:
+    """Report the guarded imports of GPU-only libraries that fail on a scan that does not stand in for them."""
+    missing = {top for top in _LIBRARIES if top not in sys.modules and importlib.util.find_spec(top) is None}
+    if not missing or findings is None:
+        return []
+    from opscope.capture.import_hooks import first_finder
+    return first_finder(_MissingLibraryWatcher(missing, findings))
+

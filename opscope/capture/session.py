@@ -20,7 +20,7 @@ import torch
 
 from opscope.atomic import write_atomic
 from opscope.capture.extension_calls import install_extension_recording
-from opscope.capture.library_stand_ins import install_library_stand_ins
+from opscope.capture.library_stand_ins import install_library_stand_ins, watch_missing_libraries
 from opscope.capture.loaders import install_dataloader_tagging
 from opscope.capture.patches import Restore
 from opscope.capture.ranges import install_range_tracking
@@ -161,6 +161,8 @@ class CaptureSession:
         self._hooks += install_extension_recording()   # pybind extension calls (mmcv._ext, amp_C) as ops
         if self.remapper is not None:   # standing in for the GPU machine: its GPU-only libraries too
             self._hooks += install_library_stand_ins(self.findings)
+        else:   # a real device: a GPU-only library that is missing takes the script's fallback path, said so
+            self._hooks += watch_missing_libraries(self.findings)
         self.tracker.__enter__()
         self._start_profiler()
         self._watch_memory()
