@@ -372,9 +372,10 @@ def test_rule_ids_cover_every_runtime_remap_id():
     assert recorded and recorded <= set(remaps)   # every id the remapper records is described
     # notes on what the scan itself did (a device-generic API, compile made a no-op, a library's own
     # CUDA calls answered by the stand-in, a call that needed the real CUDA runtime, the script's own
-    # profiler made a stand-in, a GPU-only library stood in): no CUDA API in the script to find
+    # profiler made a stand-in, a GPU-only library stood in, or missing where nothing stands in): no CUDA API
+    # in the script to find
     runtime_only = {"accelerator-api", "torch-compile", "framework-cuda", "cuda-runtime", "script-profiler",
-                    "library-stand-in"}
+                    "library-stand-in", "library-fallback"}
     yaml_ids = {r.id for r in load_rules().rules}
     assert runtime_only <= set(remaps) and not runtime_only & yaml_ids
     assert runtime_ids - runtime_only <= yaml_ids
