@@ -333,8 +333,8 @@ _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
 def _fix_tier(fix: Fix) -> int:
     tier = FIX_TIERS.get(fix.kind, 4)
-    if fix.kind == "CUDA API" and fix.severity != "error":
-        tier = 4  # warning/info findings after the error-level ones
+    if fix.kind in ("CUDA API", "chip / dtype") and fix.severity != "error":
+        tier = 4  # warning/info findings after the error-level ones (and after what to install)
     return tier
 
 
