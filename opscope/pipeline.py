@@ -25,6 +25,9 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
     from opscope.analysis.fake_results import apply_fake
     from opscope.capture.fake_mode import read as read_fake
     apply_fake(result, read_fake(out_dir / "capture"))   # --mode fake: timings, data-dependent places, memory
+    if result.memory_fit is None:   # a real scan: its steps' allocator peaks
+        from opscope.analysis.memory_fit import REAL_BASIS, memory_fit
+        result.memory_fit = memory_fit((capture[4] or {}).get("memory") or {}, result.settings.chip, REAL_BASIS)
     write_outputs(result, out_dir, list(formats))
     return result
 

@@ -19,6 +19,9 @@ from __future__ import annotations
 from opscope.knowledge import load
 
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
+FAKE_BASIS = "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)"
+REAL_BASIS = ("allocator events of the captured steps (real tensors; on a CPU scan, host tensors the step "
+              "allocated, such as its batch, count too)")
 GIB = 2 ** 30
 
 
@@ -43,7 +46,7 @@ def chip(name: str | None = None) -> dict:
     return {"name": name, "capacity_bytes": int(float(spec["hbm_gib"]) * GIB), "hbm_gib": spec["hbm_gib"]}
 
 
-def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
+def memory_fit(memory: dict, chip_name: str | None = None, basis: str = FAKE_BASIS) -> dict | None:
     """The fit of a capture's memory record (``{"steps": [...]}``), or None when nothing was tracked."""
     steps = [s for s in (memory or {}).get("steps") or [] if s.get("bytes")]
     if not steps:
@@ -62,7 +65,7 @@ def memory_fit(memory: dict, chip_name: str | None = None) -> dict | None:
     return {**_cards(parts, peak_bytes, chip_name),
             "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
             "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),
-            "basis": "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)"}
+            "basis": basis}
 
 
 def for_chip(fit: dict, chip_name: str) -> dict:

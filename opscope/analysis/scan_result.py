@@ -303,3 +303,23 @@ def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = Tr
     mark_host_only(result.operators, uses_device)
     _add_chip_dtypes(result, chip)   # after the verdicts (not-applicable ops never run on the NPU), before the score
     result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")
+
+
+def retarget(result: ScanResult, target: str) -> None:
+    """Judge a stored scan again for another torch_npu release (``opscope report RUN --target V``), without
+    re-running the script: verdicts, host-only marks, the third-party rows, what the NPU estimate counts
+    as a CPU fallback, and the port plan for that release.  The caller re-prices the estimate and
+    re-weighs the score (the chip may change too)."""
+    from opscope.analysis.verdicts import resolve_target
+    version = resolve_target(target)   # an unknown release is a one-line error naming the known ones
+    uses_device = any(op.on_device for op in result.operators)
+    kept = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
+    result.findings = kept
+    _add_verdicts(result, version, uses_device, result.settings.chip)
+    result.settings.target = version
+    basis = result.npu_estimate.get("basis") if isinstance(result.npu_estimate, dict) else None
+    if isinstance(basis, dict):
+        from opscope.analysis.npu_estimate import mark_fallbacks
+        mark_fallbacks(basis, result.operators)
+    _add_third_party(result)
+    _add_plan(result, version)

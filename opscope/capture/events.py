@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from opscope.capture.device_memory import MEMORY_EVENT, MEMORY_MARK, is_phase_range
 from opscope.knowledge import is_backend_private
 from opscope.model import OpCall, freeze
 from opscope.parsers.calls import MARK, MODE, OPERATOR, PRIVATE, TABLE, CallBuilder, Reading
@@ -97,7 +98,7 @@ except ImportError:  # pragma: no cover - a torch without the enum: told by its 
 
 
 def calls_from_kineto(events: list, step: int, table_entries: list, main_thread: int | None,
-                      release: bool = False) -> list[OpCall]:
+                      release: bool = False, memory: dict | None = None) -> list[OpCall]:
     """Build OpCalls for one step (the kineto adapter of ``opscope.parsers.calls``).
 
     ``release``: empty ``events`` once read, so that (with the profiler's results already
@@ -107,14 +108,28 @@ def calls_from_kineto(events: list, step: int, table_entries: list, main_thread:
     ``table_entries`` maps annotation ids ``opscope#N`` to (source, origin, kind, device, origin ids,
     library line).
     Backward ops get the source of the forward op with the same sequence number.
+
+    ``memory``: when given, the step's allocator events, gradient marks and phase ranges are
+    gathered into its lists ``memory``, ``marks`` and ``ranges`` (``capture/device_memory.py``);
+    allocator events and memory marks are never calls.
     """
     threads: dict[int, list] = {}
     device = []
     for e in events:
+        name = e.name()
+        if name == MEMORY_EVENT or name.startswith(MEMORY_MARK):
+            if memory is not None:
+                if name == MEMORY_EVENT:
+                    memory["memory"].append((e.start_ns(), e.nbytes()))
+                else:
+                    memory["marks"].append((e.start_ns(), name[len(MEMORY_MARK):]))
+            continue
         kind = e.device_type()
         if kind == _CPU if _CPU is not None else str(kind).endswith("CPU"):
             tid = e.start_thread_id()
-            rec = (e.start_ns(), e.duration_ns(), e.name(), e.sequence_nr(), e.correlation_id(), step, e)
+            rec = (e.start_ns(), e.duration_ns(), name, e.sequence_nr(), e.correlation_id(), step, e)
+            if memory is not None and is_phase_range(name):
+                memory["ranges"].append((rec[0], rec[0] + rec[1], name))
             records = threads.get(tid)
             if records is None:
                 threads[tid] = [rec]

@@ -116,7 +116,8 @@ class ScanPlan:
         """``CaptureSession`` keywords (all but the folder, which differs per rank)."""
         options: dict = {"steps": self.steps, "step_marker": self.step_marker, "user_root": self.user_root,
                          "remap": self.device == "cpu", "export_traces": self.export_traces,
-                         "keep_compile": self.keep_compile}
+                         "keep_compile": self.keep_compile,
+                         "track_memory": self.mode not in ("fake", "probe")}   # fake mode tracks its own
         options.update({k: v for k, v in (("max_step_calls", self.max_step_calls),
                                           ("max_capture_mb", self.max_capture_mb)) if v})
         return options

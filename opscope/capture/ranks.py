@@ -46,6 +46,7 @@ class UncapturedSession(CaptureSession):
 
     def __init__(self, out_dir, steps, **kwargs):
         kwargs["export_traces"] = False
+        kwargs["track_memory"] = False   # nothing is profiled here
         super().__init__(out_dir, steps, **kwargs)
         self.keep_in_memory = False
         self._unrecorded = {"after_calls": 0}   # "recording already paused": never toggle a profiler
@@ -57,7 +58,7 @@ class UncapturedSession(CaptureSession):
     def _watch_memory(self) -> None:
         pass                                     # nothing is recorded, so nothing to bound
 
-    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
+    def _write_step(self, prof, duration_us: float, complete: bool, memory_state: dict | None = None) -> None:
         self.tracker.reset_step()                # per-step shape-origin state does not pile up
         self.tracker.calls_in_step = 0
 

@@ -90,7 +90,7 @@ class CaptureSession:
     def __init__(self, out_dir: Path, steps: int, step_marker: str = "auto", user_root: str | None = None,
                  remap: bool = False, export_traces: bool = True, raise_when_done: bool = True,
                  keep_compile: bool = False, max_step_calls: int = DEFAULT_MAX_STEP_CALLS,
-                 max_capture_mb: int = DEFAULT_MAX_CAPTURE_MB):
+                 max_capture_mb: int = DEFAULT_MAX_CAPTURE_MB, track_memory: bool = True):
         self.out_dir = Path(out_dir)
         self.capture_dir = RunFolder(self.out_dir).capture_dir
         self.trace_dir = RunFolder(self.out_dir).trace_dir
@@ -143,6 +143,9 @@ class CaptureSession:
         self.step_records: list = []
         self.writer = StepWriter(self.step_records)   # converts and writes each finished step
         self._write_error: tuple[str, str] | None = None   # a write of the session's own (runtime.json)
+        # device memory for the memory fit (real scans; --mode fake tracks its fake storages instead)
+        self.device_memory: Any = None
+        self.track_memory = track_memory
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -164,6 +167,12 @@ class CaptureSession:
         else:   # a real device: a GPU-only library that is missing takes the script's fallback path, said so
             self._hooks += watch_missing_libraries(self.findings)
         self.tracker.__enter__()
+        if self.track_memory:
+            from opscope.capture.device_memory import DeviceMemory, quiet_allocator_notice
+            cuda = self.remapper is None and torch.cuda.is_available()
+            if not cuda:
+                quiet_allocator_notice(_TORCH_PROFILE)
+            self.device_memory = DeviceMemory(self.mark, cuda=cuda)
         self._start_profiler()
         self._watch_memory()
 
@@ -175,7 +184,11 @@ class CaptureSession:
         # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.  The class taken when this
         # module was imported: the script's gets a stand-in (user_profiler.py).
         use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
-        self.prof = _TORCH_PROFILE(use_device=use_device, record_shapes=True, use_kineto=True)
+        if self.device_memory is not None:
+            self.device_memory.step_started()
+        profile_memory = self.device_memory is not None and self.device_memory.profile_memory
+        self.prof = _TORCH_PROFILE(use_device=use_device, record_shapes=True, use_kineto=True,
+                                   profile_memory=profile_memory)
         self.prof.__enter__()
         if self.step_index == 0 and self.module_depth == 0:
             self._open_range("_setup_rf", "opscope.setup")
@@ -232,8 +245,9 @@ class CaptureSession:
                 return
             duration_us = (time.perf_counter() - self.step_started) * 1e6
             prof = self._stop_profiler()
+            memory_state = self.device_memory.step_ended() if self.device_memory is not None else None
             self.step_index += 1
-            self._write_step(prof, duration_us, complete=not partial)
+            self._write_step(prof, duration_us, complete=not partial, memory_state=memory_state)
             del prof
             if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
                 partial = True
@@ -251,12 +265,12 @@ class CaptureSession:
         if self.write_error is not None and not last and self.raise_when_done:
             raise StopScan("write-error")   # as --timeout does: never an OSError in the user's code
 
-    def _write_step(self, prof, duration_us: float, complete: bool) -> None:
+    def _write_step(self, prof, duration_us: float, complete: bool, memory_state: dict | None = None) -> None:
         """Record the step just stopped (its profiler results are read and freed here, between sessions)."""
         job = StepJob(prof, self.step_index, duration_us, complete, self.tracker.reset_step(),
                       self._take_unrecorded(), self.table.entries, self._steps_file,
                       self.trace_dir / trace_name(self.step_index) if self.export_traces else None,
-                      self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory)
+                      self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory, memory_state)
         if self.writer.write(job) in (EMPTY, FAILED):
             self.step_index -= 1
 
@@ -290,6 +304,8 @@ class CaptureSession:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        if self.device_memory is not None:
+            self.device_memory.remove()
         if self.remapper is not None:
             self.remapper.uninstall()
         if self.compile_guard is not None:
@@ -329,13 +345,18 @@ class CaptureSession:
 
         def opt_init(this, *args, **kwargs):
             session.optimizer_seen = True
-            return orig_opt_init(this, *args, **kwargs)
+            out = orig_opt_init(this, *args, **kwargs)
+            if session.device_memory is not None:
+                session.device_memory.see_optimizer(this)
+            return out
 
         Optimizer.__init__ = opt_init   # type: ignore[method-assign,assignment]
         self._hooks.append(Restore(Optimizer, "__init__", orig_opt_init))
 
         def pre(opt, args, kwargs):
             session._in_optimizer = True
+            if session.device_memory is not None:
+                session.device_memory.see_optimizer(opt)
             if session.prof is not None:
                 session._open_range("_opt_rf", "opscope.optimizer")
             # optimizer.step(closure) (Lightning's automatic optimisation, LBFGS): the closure's
@@ -365,6 +386,9 @@ class CaptureSession:
                     session.tracker.boundary_pending = True
                 session.safe_point(force=session._is_training_forward(module))
                 session._enter_top_level(module)
+                if session.device_memory is not None and session.prof is not None:
+                    session.device_memory.see_module(module)
+                    session.device_memory.forward_started()
             session.module_depth += 1
             session._end_setup()
 
@@ -552,6 +576,13 @@ class CaptureSession:
         is the parameter update."""
         if self.prof is not None and self.module_depth == 0:
             self._open_range("_update_rf", "opscope.optimizer")
+
+    def mark(self, name: str) -> None:
+        """A zero-length profiler annotation ``name`` in the step being recorded."""
+        if _RecordFunction is not None and self.prof is not None:
+            rf = _RecordFunction(name)
+            rf.__enter__()
+            rf.__exit__(None, None, None)
 
     def _open_range(self, attr: str, name: str) -> None:
         """Open the profiler annotation ``name`` (its phase label) and keep it in ``attr``."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from opscope.atomic import write_in_place
+from opscope.capture.device_memory import step_peak
 from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.run_folder import CALL_FIELDS, disk_error_text
 
@@ -37,6 +38,7 @@ class StepJob:
     out_dir: Path
     steps_log: Path           # named in the error when steps.jsonl cannot be written
     keep_in_memory: bool
+    memory_state: dict | None = None   # device memory at the step's boundaries (``DeviceMemory.step_ended``)
 
 
 class StepWriter:
@@ -78,7 +80,10 @@ class StepWriter:
         results, prof.kineto_results = prof.kineto_results, None
         events = results.events() if results is not None else []
         del results
-        calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True), self.shared)
+        memory: dict[str, list] | None = ({"memory": [], "marks": [], "ranges": []}
+                                          if job.memory_state is not None else None)
+        calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True, memory=memory),
+                              self.shared)
         if not job.complete and not calls:   # a partial step that recorded nothing: no trace, no record
             if trace is not None:
                 Path(trace).unlink(missing_ok=True)
@@ -95,6 +100,10 @@ class StepWriter:
             "unrecorded": job.unrecorded,
             "calls": [[getattr(c, f) for f in CALL_FIELDS] for c in calls],
         }
+        if memory is not None and job.memory_state is not None:
+            peak = step_peak(job.step, job.memory_state, memory["memory"], memory["marks"], memory["ranges"])
+            if peak is not None:
+                record["memory"] = peak
         try:
             job.steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
         except OSError as exc:

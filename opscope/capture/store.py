@@ -48,7 +48,10 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict, p
     steps: list[Step] = []
     side: dict[int, dict] = {}
     traces: list[str] = []
+    memory: list[dict] = []   # real scans: each step's device-memory peak (capture/device_memory.py)
     for record in records:
+        if record.get("memory"):
+            memory.append(record["memory"])
         step_calls = record["op_calls"]
         calls.extend(step_calls)
         phase_time = {p: 0.0 for p in PHASES}
@@ -63,4 +66,4 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict, p
         if record.get("trace"):
             traces.append(record["trace"])
     return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
-                                                  "precision": precision}
+                                                  "precision": precision, "memory": {"steps": memory}}

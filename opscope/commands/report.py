@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     add_out(parser, help="write the reports here instead of next to scan.json", old=("--output-dir",))
     parser.add_argument("--chip", default=None,
                         help="re-price the NPU time estimate for this Ascend chip (910B1..910B4, 910A)")
+    parser.add_argument("--target", default=None, metavar="VERSION",
+                        help="judge the stored scan again for this torch_npu release: verdicts, score and port "
+                             "plan, without re-running the script")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="re-price with factors from `opscope calibrate` (default: ./opscope-calibration.json "
                              "when present)")
@@ -52,7 +55,7 @@ def _npu_estimate(result, args) -> None:
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
     if args.chip:
         resolve_chip(args.chip)   # an unknown chip is a one-line error, estimate or not
-    if (args.chip or calibration) and est and est.get("basis"):
+    if (args.chip or calibration or args.target) and est and est.get("basis"):
         chip = args.chip or est.get("chip")
         factors, source = calibration_factors(calibration, chip if isinstance(chip, str) else None)
         try:
@@ -88,10 +91,13 @@ def run(args) -> int:
         if recover:
             result = _recover(run_dir, args.quiet)
         assert result is not None
+        if args.target:
+            from opscope.analysis.scan_result import retarget
+            retarget(result, args.target)
         _npu_estimate(result, args)
         if args.chip:
             _for_chip(result, args.chip)
-        if args.chip or args.calibration:   # re-priced: the score and shares follow the new estimate
+        if args.chip or args.calibration or args.target:   # re-priced: the score and shares follow the estimate
             from opscope.analysis.npu_weights import weigh_by_npu
             weigh_by_npu(result)
         for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
