@@ -25,7 +25,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "python_scalar_dtypes", "known_differences", "npu_kernel_name_families", "npu_inserted_kernel_types")},
         "device_task_classes": dict},
     "dtype_tests.yaml": {"warn": dict, "profiler_dtypes": dict, "opinfo_aliases": dict},
-    "npu_memory.yaml": {"default": str, "chips": dict, "card_counts": list},
+    "npu_memory.yaml": {"default": str, "chips": dict, "card_counts": list, "headroom": dict},
     "fake_mode.yaml": {"placeholders": dict, "bool_true_after": list, "bounded_sizes": dict, "factory_fake_mb": int,
                        "known_differences": dict, "known_dtype_differences": dict,
                        "optimizer_state_per_param": dict},

@@ -33,7 +33,7 @@ def real_and_fake(tmp_path_factory):
 
 def test_a_real_scan_has_a_memory_fit_measured_from_the_allocator(real_and_fake):
     fit, proc = real_and_fake["real"]
-    assert fit is not None and "allocator events" in fit["basis"]
+    assert fit is not None and "allocator's events" in fit["basis"]
     parts = fit["parts"]
     assert parts["parameters"] == _param_bytes()
     assert parts["gradients"] == _param_bytes()          # one fp32 gradient per parameter
@@ -124,3 +124,17 @@ def test_examples_resnet50_fake_scan_judges_the_fit_on_32_and_64_gb_cards(tmp_pa
     proc = run_opscope("report", out, "--chip", "Ascend910B2", "--format", "md", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert "Ascend910B2" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_on_a_real_gpu_the_allocators_own_peak_is_the_steps():
+    state = {"start": {"parameters": 100, "gradients": 0, "optimizer_state": 200},
+             "end": {"parameters": 100, "gradients": 100, "optimizer_state": 200}, "grads_at_forward": 0,
+             "cuda_peak": 5000}
+    rec = step_peak(3, state, [], [(7, "grad=100")], [])
+    assert rec["bytes"] == 5000 and rec["phase"] is None
+    assert rec["breakdown"] == {"parameters": 100, "gradients": 100, "optimizer_state": 200}
+
+
+def test_a_step_without_a_module_forward_is_not_guessed():
+    state = {"start": {}, "end": {}, "grads_at_forward": None}
+    assert step_peak(1, state, [(1, 4096), (2, -4096)], [], []) is None

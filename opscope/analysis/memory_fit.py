@@ -12,7 +12,9 @@ for tensor parallel of N are the usual first-order splits of those four parts:
 * tensor parallel N: (params + grads + optimizer state + activations) / N  (an estimate: norms
   and embeddings are not always split)
 
-Card capacity is data (``support_matrix/npu_memory.yaml``).
+Card capacity is data (``npu_chips.yaml`` ``hbm_gib``).  Not all of it holds tensors: the runtime keeps a
+share of each card and, on more than one card, HCCL keeps its buffers per communicator; both are data with
+their basis (``npu_memory.yaml`` ``headroom``), taken off before the fit is judged and stated with it.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from opscope.knowledge import load
 
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 FAKE_BASIS = "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)"
-REAL_BASIS = ("allocator events of the captured steps (real tensors; on a CPU scan, host tensors the step "
-              "allocated, such as its batch, count too)")
+REAL_BASIS = ("the allocator's events of each captured step from its first forward (real tensors; data made "
+              "before that forward, such as the step's batch, not counted)")
 GIB = 2 ** 30
 
 
@@ -74,10 +76,24 @@ def for_chip(fit: dict, chip_name: str) -> dict:
     return {**fit, **_cards(dict(fit["parts"]), int(fit["peak_bytes"]), chip_name)}
 
 
+def headroom() -> dict:
+    """Bytes a card keeps from the job's tensors: the runtime's share, and HCCL's buffers on more than one card."""
+    data = load("npu_memory.yaml").get("headroom") or {}
+    runtime = int(float(data.get("runtime_gib") or 0) * GIB)
+    hccl = int(float(data.get("hccl_buffsize_mb") or 0) * 2**20 * int(data.get("hccl_buffers_per_communicator") or 0)
+               * int(data.get("communicators") or 0))
+    text = (f"{_gib(runtime)} per card for the runtime ({data.get('runtime_source') or 'assumption'}), "
+            f"and on more than one card {_gib(hccl)} of HCCL buffers (2 x HCCL_BUFFSIZE {data.get('hccl_buffsize_mb')} "
+            "MB per communicator, the CANN default)")
+    return {"runtime_bytes": runtime, "hccl_bytes": hccl, "assumption": text}
+
+
 def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
     """Capacity, whether one card holds the peak, and the cards each layout needs, for one chip."""
     card = chip(chip_name)
-    cap = card["capacity_bytes"]
+    reserve = headroom()
+    hbm = card["capacity_bytes"]
+    cap = hbm - reserve["runtime_bytes"]               # usable on one card
     counts = [int(n) for n in load("npu_memory.yaml").get("card_counts") or [1, 2, 4, 8]]
     P, G, S, A = (parts[p] for p in PARTS)
     layouts = {
@@ -87,11 +103,17 @@ def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
         "tensor_parallel": lambda n: (P + G + S + A) / n,
     }
     cards = {}
+    usable = lambda n: cap - (reserve["hccl_bytes"] if n > 1 else 0)   # noqa: E731
     for name, per_card in layouts.items():
-        fit = next((n for n in counts if per_card(n) <= cap), None)
+        fit = next((n for n in counts if per_card(n) <= usable(n)), None)
         cards[name] = {"cards": fit, "per_card_bytes": int(per_card(fit)) if fit else int(per_card(counts[-1]))}
-    return {"chip": card["name"], "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
-            "fits_one_card": peak_bytes <= cap, "cards": cards}
+    return {"chip": card["name"], "hbm_bytes": hbm, "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
+            "fits_one_card": peak_bytes <= cap, "cards": cards, "headroom": reserve}
+
+
+def size_text(n: float) -> str:
+    """``20.8 GiB`` / ``9.5 MiB``."""
+    return _gib(n)
 
 
 def _gib(n: float) -> str:
@@ -105,7 +127,10 @@ def one_line(fit: dict) -> str:
     where = ", " + " ".join(x for x in (node, fit.get("peak_module") and f"in {fit['peak_module']}",
                                         fit.get("peak_where") and f"at {fit['peak_where']}") if x) \
         if node or fit.get("peak_module") or fit.get("peak_where") else ""
-    verdict = "fits one" if fit["fits_one_card"] else "does NOT fit one"
+    verdict = "fits" if fit["fits_one_card"] else "does NOT fit"
+    hbm = fit.get("hbm_bytes")
+    card = (f"one {_gib(hbm)} {fit['chip']} card ({_gib(fit['capacity_bytes'])} usable)" if hbm
+            else f"one {_gib(fit['capacity_bytes'])} {fit['chip']} card")
     cards = fit["cards"]
 
     floor = {"zero1": parts["parameters"] + parts["gradients"] + parts["activations"],
@@ -122,8 +147,14 @@ def one_line(fit: dict) -> str:
     return (f"memory: peak {_gib(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
             f"{_gib(parts['parameters'])} + grads {_gib(parts['gradients'])} + optimizer state "
             f"{_gib(parts['optimizer_state'])} + activations {_gib(parts['activations'])}; {verdict} "
-            f"{_gib(fit['capacity_bytes'])} {fit['chip']} card; cards needed: ZeRO-1 {n('zero1')}, ZeRO-2 "
+            f"{card}; cards needed: ZeRO-1 {n('zero1')}, ZeRO-2 "
             f"{n('zero2')}, ZeRO-3 {n('zero3')}, tensor parallel {n('tensor_parallel')}")
+
+
+def basis_text(fit: dict) -> str:
+    """What the fit was measured from and what it assumes of the card (for every report, under the table)."""
+    room = (fit.get("headroom") or {}).get("assumption")
+    return f"Measured from {fit.get('basis') or 'the capture'}." + (f" Assumed kept from the tensors: {room}." if room else "")
 
 
 def rows(fit: dict) -> list[dict]:

@@ -147,10 +147,12 @@ class DeviceMemory:
         return keys
 
     def parts(self) -> dict[str, int]:
-        """Bytes of parameters, gradients and optimizer state now, each storage once."""
+        """Bytes of parameters (and the modules' buffers, as fake mode counts them), gradients and optimizer
+        state now, each storage once."""
         params: dict[int, int] = {}
-        for param in self._params():
-            if (key := _storage_key(param)) is not None:
+        buffers = (b for module in list(self.modules) for b in module.buffers())   # BatchNorm's running stats
+        for tensor in (*self._params(), *buffers):
+            if (key := _storage_key(tensor)) is not None:
                 params[key[0]] = key[1]
         state: dict[int, int] = {}
         for optimizer in list(self.optimizers):
@@ -168,7 +170,7 @@ def step_peak(step: int, state: dict, memory: list, marks: list, ranges: list) -
 
     ``memory``: (ns, bytes) allocator events; ``marks``: (ns, mark text after '#') of the step;
     ``ranges``: (start ns, end ns, name) of the phase and optimizer ranges.  None when the step
-    reports nothing (no events on a device without statistics).
+    reports nothing (no events on a device without statistics) or ran no module forward.
     """
     start, end = state.get("start") or {}, state.get("end") or {}
     params = int(end.get("parameters") or start.get("parameters") or 0)
@@ -178,13 +180,14 @@ def step_peak(step: int, state: dict, memory: list, marks: list, ranges: list) -
     base = params + old_state + old_grads
     if state.get("cuda_peak") is not None:   # a real GPU: the allocator's own peak, its time unknown
         peak, at = max(int(state["cuda_peak"]), base), None
-    elif not memory:
-        return None
     else:
+        # no module ran forward in the step (hand-written tensor code): what its tensors are is unknown
         begin = min((ns for ns, text in marks if text == "forward"), default=None)
+        if not memory or begin is None:
+            return None
         peak, at, running = base, None, 0
         for ns, nbytes in sorted(memory):
-            if begin is not None and ns < begin:
+            if ns < begin:
                 continue
             running += nbytes
             if base + running > peak:

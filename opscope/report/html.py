@@ -139,15 +139,16 @@ def _npu_context(result: ScanResult) -> dict | None:
 def _memory_fit_context(fit: dict | None) -> dict | None:
     if not fit:
         return None
-    from opscope.analysis.memory_fit import one_line, rows
-    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip")}
+    from opscope.analysis.memory_fit import basis_text, one_line, rows
+    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip"), "basis": basis_text(fit)}
 
 
-def _plan_context(plan: dict | None) -> dict | None:
+def _plan_context(plan: dict | None, result: ScanResult) -> dict | None:
     if not plan:
         return None
     from opscope.report import plan_view
-    return {"summary": plan_view.summary_line(plan), "changes": plan_view.change_rows(plan),
+    return {"summary": plan_view.summary_line(plan), "chip": plan_view.chip_line(result),
+            "changes": plan_view.change_rows(plan),
             "change_headers": plan_view.CHANGE_HEADERS, "blockers": plan_view.blocker_rows(plan),
             "blocker_headers": plan_view.BLOCKER_HEADERS, "install": plan_view.install_text(plan),
             "notes": plan_view.notes(plan)}
@@ -218,7 +219,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                         for row in view.third_party_rows(result)],
         "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
         "glossary": glossary.terms(),
-        "plan": _plan_context(result.plan),
+        "plan": _plan_context(result.plan, result),
         "css": _asset("report.css"),
         "js": _asset("report.js"),
     }

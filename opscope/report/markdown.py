@@ -91,10 +91,11 @@ def render_markdown(result: ScanResult) -> str:
                       [[f.severity, view.where_of(f, result) if f.file else view.NA, f.api, f.replacement or ""]
                        for f in result.findings[:MAX_ROWS]])
     if result.memory_fit:
-        from opscope.analysis.memory_fit import one_line, rows
+        from opscope.analysis.memory_fit import basis_text, one_line, rows
         out += ["", "## Memory fit", "", one_line(result.memory_fit), ""]
         out += _table(["layout", f"cards needed ({result.memory_fit.get('chip')})", "GiB per card"],
                       [[r["layout"], r["cards"] or "does not fit", r["per_card_gib"]] for r in rows(result.memory_fit)])
+        out += ["", _cell(basis_text(result.memory_fit))]
     if result.fake_mode is not None:
         out += ["", "## Fake mode", "", f"Operator times: {result.fake_mode.get('timings')}.", ""]
         out += _table(["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
@@ -137,6 +138,9 @@ def _plan_lines(result: ScanResult) -> list[str]:
     from opscope.report import plan_view
     plan = result.plan
     out = ["", "## Port plan", "", _cell(plan_view.summary_line(plan))]
+    chip = plan_view.chip_line(result)
+    if chip:
+        out += ["", _cell(chip)]
     if plan_view.change_rows(plan):
         out += ["", *_table(plan_view.CHANGE_HEADERS, plan_view.change_rows(plan))]
     if plan_view.blocker_rows(plan):

@@ -222,7 +222,7 @@ def _print_fake_and_memory(result: ScanResult, console: Console) -> None:
                       f"no data); {len(places)} data-dependent place(s) listed in the notes")
     if result.memory_fit:
         from opscope.analysis.memory_fit import one_line
-        console.print(one_line(result.memory_fit), soft_wrap=True)
+        console.print(one_line(result.memory_fit), markup=False, highlight=False)
 
 
 def remapped_calls(result: ScanResult) -> list:
@@ -266,6 +266,9 @@ def print_plan(result: ScanResult, console: Console, run_dir: str) -> None:
         return
     from opscope.report import plan_view
     console.print(escape(plan_view.summary_line(plan)))
+    chip = plan_view.chip_line(result)
+    if chip:
+        console.print(f"  {escape(chip)}")
     for where, package, now, planned, why in plan_view.change_rows(plan)[:8]:
         console.print(f"  change {escape(where)}: {escape(package)} {escape(now)} -> {escape(planned)} ({escape(why)})")
     for row in plan_view.blocker_rows(plan)[:5]:

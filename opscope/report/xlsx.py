@@ -169,6 +169,9 @@ def build_workbook(result: ScanResult):
         from opscope.report import plan_view
         plan = result.plan
         plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
+        chip = plan_view.chip_line(result)
+        if chip:
+            plan_rows.append(["chip", "", "", "", chip])
         plan_rows += [["change", *row[:3], f"{row[3]} ({row[4]})"] for row in plan_view.change_rows(plan)]
         plan_rows += [["runs natively on no release" if row[2] == "never" else "blocks older releases", row[0], row[1],
                        row[2], f"runs in every release from {row[3]}"] for row in plan_view.blocker_rows(plan)]
@@ -226,12 +229,13 @@ def build_workbook(result: ScanResult):
     if libraries:
         _sheet(wb, "Third-party", view.THIRD_PARTY_HEADERS, libraries, formats={5: PERCENT})
     if result.memory_fit:   # peak memory per step and the NPU cards it needs
-        from opscope.analysis.memory_fit import GIB, one_line
+        from opscope.analysis.memory_fit import GIB, basis_text, one_line
         from opscope.analysis.memory_fit import rows as fit_rows
         fit = result.memory_fit
         table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
         table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
         table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]
+        table += [["", "", None], [basis_text(fit), "", None]]
         _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit['chip']})", "GiB per card"], table)
     if result.fake_mode is not None:
         _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
