@@ -543,3 +543,30 @@ def test_upsampling_writes_its_output_size_not_its_input_size():
     for op in (by_size, by_scale):
         kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
         assert kernel["bytes"] == (math.prod(x) + 16 * 64 * 256 * 256) * 4
+
+
+def test_decode_attention_reads_k_and_v_once_and_is_not_an_unaligned_sequence():
+    """Class 7 of issue 33: a query of length 1 against a 4096-long cache reads K and V once (they dominate)
+    and writes one row; no 'unaligned S=1' penalty."""
+    from opscope.analysis.npu_estimate import build_basis
+    b, h, t, d = 8, 32, 4096, 128
+    q, kv = [b, h, 1, d], [b, h, t, d]
+    op = _op("aten::scaled_dot_product_attention", [q, kv, kv, [], [], [], []],
+             ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", ""], scalars=[None, None, None, None, 0.0, False, None])
+    row = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]
+    kernel = row["kernels"][0]
+    assert kernel["type"] == "FlashAttentionScore"
+    assert kernel["bytes"] == (2 * b * h * 1 * d + 2 * b * h * t * d) * 2   # q and its output, K and V once
+    assert not any(r["kind"] == "alignment" for r in row["reasons"])
+
+
+def test_attention_gradient_reads_its_inputs_and_writes_dq_dk_dv():
+    from opscope.analysis.npu_estimate import build_basis
+    x = [4, 16, 1024, 128]
+    op = _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [x, x, x, x, x, [4, 16, 1024]],
+             ["float"] * 6, phase="backward")
+    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    n = math.prod(x)
+    assert kernel["type"] == "FlashAttentionScoreGrad"
+    assert kernel["bytes"] == (5 * n + 4 * 16 * 1024 + 3 * n) * 4
+    assert kernel["flops"] == 4.0 * n * 1024 * 2.5

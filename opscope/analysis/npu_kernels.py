@@ -154,15 +154,27 @@ def _model_matmul(op, names) -> list[Kernel]:
 
 
 def _model_attention(op, names) -> list[Kernel]:
+    """Flash attention: 4*B*N*Sq*Skv*D FLOPs (half when causal over a square score matrix; grad 2.5x), reading
+    its inputs once and writing its output (the gradient: dq, dk, dv).  A decode step (Sq = 1) reads K and V
+    once, like any other shape."""
     tensors = op_tensors(op)
-    if len(tensors) < 2:
+    grad = names[0].endswith("Grad")
+    first = 1 if grad and len(tensors) >= 4 else 0   # the gradient kernel's inputs start with grad_out
+    if len(tensors) < first + 2:
         return model_elementwise(op, names)
-    q, k = tensors[0][0], tensors[1][0]
-    causal = any(s is True for s in (op.scalars or [])[3:6])
-    flops = 4.0 * numel(q) * (k[-2] if len(k) >= 2 else 1) * (0.5 if causal else 1.0)
-    if names[0].endswith("Grad"):
+    q, k = tensors[first][0], tensors[first + 1][0]
+    v = tensors[first + 2][0] if len(tensors) > first + 2 else k
+    sq, skv = (q[-2] if len(q) >= 2 else 1), (k[-2] if len(k) >= 2 else 1)
+    causal = any(s is True for s in (op.scalars or [])[3:9]) and sq == skv
+    flops = 4.0 * numel(q) * skv * (0.5 if causal else 1.0)
+    size = dtype_bytes(tensors[first][1])
+    read = tensor_bytes(*zip(*tensors, strict=True))
+    if grad:
         flops *= 2.5
-    return [Kernel(names[0], "fa", flops, tensor_bytes(*zip(*tensors, strict=True)) * 2, tensors[0][1])]
+        written = (numel(q) + numel(k) + numel(v)) * size
+    else:
+        written = numel(q) // max(q[-1], 1) * (v[-1] if v else 1) * size
+    return [Kernel(names[0], "fa", flops, read + written, tensors[first][1], written=written)]
 
 
 def _model_pool(op, names) -> list[Kernel]:
@@ -373,7 +385,9 @@ def alignment_reason(op, rules: dict) -> str | None:
         rule = rules.get("attention") or {}
         if tensors and rule and len(tensors[0][0]) >= 2:
             d, s = tensors[0][0][-1], tensors[0][0][-2]
-            bad = [f"{axis}={v}" for axis, v in (("D", d), ("S", s)) if v % int(rule["multiple"])]
+            # a decode step's one query row (S = 1) runs the incremental kernel: not an unaligned sequence
+            bad = [f"{axis}={v}" for axis, v in (("D", d), ("S", s)) if v % int(rule["multiple"])
+                   and not (axis == "S" and v == 1)]
             if bad:
                 return f"unaligned attention: {', '.join(bad)} not a multiple of {rule['multiple']}"
     return None
