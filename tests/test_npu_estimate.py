@@ -570,3 +570,17 @@ def test_attention_gradient_reads_its_inputs_and_writes_dq_dk_dv():
     assert kernel["type"] == "FlashAttentionScoreGrad"
     assert kernel["bytes"] == (5 * n + 4 * 16 * 1024 + 3 * n) * 4
     assert kernel["flops"] == 4.0 * n * 1024 * 2.5
+
+
+def test_every_operator_row_names_the_kernel_and_the_rule_that_priced_it():
+    rows = _rows([_op("aten::mm", [[512, 1024], [1024, 1024]]), _op("aten::add", [X, X]),
+                  _op("aten::mish", [X]), _op("aten::index_put_", [X, [], X], verdict="cpu-fallback")])
+    for row in rows:
+        kernel = row["kernels"].split(", ")[0]
+        assert row["priced_by"].split(": ")[0] in (kernel, "CPU fallback"), row
+    mm = next(r for r in rows if r["operator"] == "aten::mm")
+    assert "GFLOP at fp32" in mm["priced_by"] and "TFLOPS" in mm["priced_by"]
+    add = next(r for r in rows if r["operator"] == "aten::add")
+    assert " GB/s" in add["priced_by"]
+    fallback = next(r for r in rows if r["operator"] == "aten::index_put_")
+    assert fallback["priced_by"].startswith("CPU fallback: this machine's CPU time")

@@ -134,6 +134,30 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
     return one * kernel.count
 
 
+def pricing_rule(kernel: Kernel, chip: dict) -> str:
+    """The rule ``kernel_time_us`` priced ``kernel`` by, in words (for the estimate's report row)."""
+    model = cost_model()
+    params = kernel_params(kernel.type)
+    unit = kernel.unit or params.get("unit", "vector")
+    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
+    hbm = float(chip.get("hbm_gbps") or ref_hbm)
+    floor = float(params.get("floor_us", (model.get("floors") or {}).get(unit, 2.0)))
+    if unit in ("cube", "fa"):
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype_name(kernel.dtype), "fp16")
+        eff = params.get("efficiency", 0.6)
+        eff = float((eff.get(dtype, eff.get("default", 0.6)) if isinstance(eff, dict) else eff) or 0.6)
+        peak = (chip.get("cube_tflops") or {}).get(dtype) or (chip.get("cube_tflops") or {}).get("fp16")
+        return (f"{kernel.type}: {unit} {kernel.flops / 1e9:,.2f} GFLOP at {dtype} {peak} TFLOPS x {eff:.2f}, "
+                f"or {kernel.bytes / 1e6:,.2f} MB at HBM if slower, + {floor:g} us")
+    if unit == "aicpu":
+        aicpu = model.get("aicpu") or {}
+        return f"{kernel.type}: AI CPU {kernel.bytes / 1e6:,.2f} MB at {aicpu.get('gbps', 1.0)} GB/s + {aicpu.get('floor_us', 30)} us"
+    gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
+    own = "" if kernel.type in (model.get("kernels") or {}) else " (the default vector rate: no entry of its own)"
+    return (f"{kernel.type}: vector {kernel.bytes / 1e6:,.2f} MB at {gbps * hbm / ref_hbm:,.0f} GB/s{own} "
+            f"+ {floor:g} us")
+
+
 def unit_of(kernel_type: str, core: str = "") -> str:
     """cube / fa / vector / aicpu / comm for a profile kernel (its type's entry, else its core)."""
     params = (cost_model().get("kernels") or {}).get(kernel_type)

@@ -15,7 +15,15 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import fields
 
-from opscope.analysis.npu_cost import Kernel, cost_model, dtype_bytes, kernel_time_us, numel, resolve_chip
+from opscope.analysis.npu_cost import (
+    Kernel,
+    cost_model,
+    dtype_bytes,
+    kernel_time_us,
+    numel,
+    pricing_rule,
+    resolve_chip,
+)
 from opscope.analysis.npu_kernels import (
     MODELS,
     aicpu_reason,
@@ -464,10 +472,13 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         if family == "910A":
             inserted += _kernels(row.get("transdata_910a") or [])
         units: dict[str, float] = defaultdict(float)
+        costliest: tuple[float, Kernel | None] = (-1.0, None)
         for k in kernels:
             t = kernel_time_us(k, figures, factors) * n
             units[k.unit] += t
             by_type[k.type + (" (AI CPU)" if k.unit == "aicpu" else "")] += t
+            if t > costliest[0]:
+                costliest = (t, k)
         transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
         by_type["TransData"] += transdata
         host = float(row.get("launches_per_step") or 0) * launch_us
@@ -500,7 +511,8 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
                      "transdata_us": round(transdata, 2), "host_us": round(host, 2),
                      "reason": "; ".join(r["text"] for r in reasons),
                      "fix": next((r["fix"] for r in reasons if r.get("fix")), ""),
-                     "reason_kinds": [r["kind"] for r in reasons], "weight_us": round(weight, 2)})
+                     "reason_kinds": [r["kind"] for r in reasons], "weight_us": round(weight, 2),
+                     "priced_by": _priced_by(costliest[1], figures, row, model)})
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
     fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
@@ -517,6 +529,17 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
             "calibration": calibration, "factors": factors or None, "basis": basis,
             "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
+
+
+def _priced_by(kernel: Kernel | None, figures: dict, row: dict, model: dict) -> str:
+    """The kernel that costs the row most and the rule that priced it; a CPU fallback's host price on top."""
+    text = pricing_rule(kernel, figures) if kernel is not None else "no kernel"
+    if row.get("fallback"):
+        host = model.get("host") or {}
+        text = (f"CPU fallback: this machine's CPU time + {float(row.get('fallback_bytes') or 0) / 1e6:,.2f} MB over "
+                f"PCIe at {host.get('fallback_copy_gbps')} GB/s + {host.get('fallback_sync_us')} us sync; "
+                f"as an NPU kernel: {text}")
+    return text
 
 
 def _pattern_rows(patterns: list[dict], rows: list[dict]) -> list[dict]:

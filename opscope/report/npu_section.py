@@ -69,7 +69,10 @@ def _build(est: dict, top: int | None) -> Section | None:
         where = r.get("source") or "-"
         if r.get("library") and r["library"] != r.get("source"):   # the library call inside the user's line
             where = f"{where} (in {r['library']})"
-        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), r.get("kernels") or "",
+        kernels = r.get("kernels") or ""
+        if r.get("priced_by"):   # the kernel that costs most, and the rule that priced it
+            kernels = f"{kernels} [{r['priced_by']}]"
+        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), kernels,
                      r.get("reason") or "", r.get("fix") or ""])
     calibration = [str(v) for v in (est.get("calibration") or {}).values()]
     return Section(title=f"What will be slow on {chip} (estimate)", sentences=sentences, calibration=calibration,
