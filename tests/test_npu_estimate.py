@@ -584,3 +584,19 @@ def test_every_operator_row_names_the_kernel_and_the_rule_that_priced_it():
     assert " GB/s" in add["priced_by"]
     fallback = next(r for r in rows if r["operator"] == "aten::index_put_")
     assert fallback["priced_by"].startswith("CPU fallback: this machine's CPU time")
+
+
+def test_a_densenet_class_step_of_thousands_of_launches_is_not_host_bound_when_its_kernels_take_longer():
+    """Class 5 of issue 33: the launch thread's cost per aclnn operator (27 us, the shared AlexNet run's mean
+    under the profiler), not the mean over every launch including the single-op compile path (127 us)."""
+    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.knowledge import load
+    host = load("npu_cost_model.yaml")["host"]
+    assert host["launch_us_per_op"] < 40 and "aclnn" in host["source"]
+    conv = _op("aten::convolution", [[64, 128, 14, 14], [32, 128, 3, 3], [], [], [], [], [], [], []],
+               ["float"] * 3 + ["Scalar"] * 6, calls=3600, scalars=[None, None, None, [1, 1], [1, 1], [1, 1], False,
+                                                                    [0, 0], 1])
+    step = price(build_basis([conv], [Step(index=1), Step(index=2)]), "Ascend910B2")["step"]
+    one = step["per_world_size"][0]
+    assert step["host_us"] == pytest.approx(3600 * host["launch_us_per_op"], rel=0.01)
+    assert one["bound"] != "host" and one["device_us"] > step["host_us"]
