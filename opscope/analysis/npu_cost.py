@@ -30,8 +30,33 @@ class Kernel:
     shapes: list = field(default_factory=list)
 
 
+# The shared real profiles the `derived` figures of npu_cost_model.yaml were fitted on (its header's
+# `source:` keys): kernel_details.csv per kernel type, the AlexNet run's operator tables and trace for
+# the host, DDP and TransData figures.  `path` ends the rank folder, `job` names the run it belongs to.
+# bench/npu_estimate_accuracy.py refits without each one and predicts it (leave-one-out).
+FITTED_PROFILES = {
+    "alexnet_l1": {"path": "alexnet_ddp_2rank/text/level1/rank0_ascend_pt", "job": "alexnet_ddp_2rank",
+                   "chip": "Ascend910B2", "what": "the shared AlexNet b32 fp32 DDP run (rank 0, level 1, Ascend910B2)"},
+    "llm_r0": {"path": "llm_megatron_4rank_level2/rank_0_ascend_pt", "job": "llm_megatron_4rank_level2",
+               "chip": "Ascend910B3", "what": "the shared Megatron LLM bf16 run (rank 0, Ascend910B3)"},
+}
+
+
+def fitted_on(keys=None, held_out: str = "LLM rank 2") -> str:
+    """One line: the profiles the figures were fitted on (default: the shipped fit) and what was held out."""
+    keys = list(FITTED_PROFILES) if keys is None else list(keys)
+    names = [FITTED_PROFILES[k]["what"] for k in keys if k in FITTED_PROFILES]
+    return (f"figures fitted on {' and '.join(names) if names else 'no profile (priors only)'}"
+            + (f"; held out: {held_out}" if held_out else ""))
+
+
 def cost_model() -> dict:
-    return knowledge.load("npu_cost_model.yaml")
+    """npu_cost_model.yaml; its ``calibration`` lines start with what the figures were fitted on."""
+    model = knowledge.load("npu_cost_model.yaml")
+    calibration = model.get("calibration")
+    if not isinstance(calibration, dict) or "fitted_on" not in calibration:
+        model["calibration"] = {"fitted_on": fitted_on(), **(calibration if isinstance(calibration, dict) else {})}
+    return model
 
 
 def chips() -> dict:
@@ -294,4 +319,9 @@ def calibration_factors(path, chip_name: str | None) -> tuple[dict | None, str |
     entry = (data.get("chips") or {}).get(name)
     if not entry:
         return None, None
-    return {unit: float(v.get("factor", 1.0)) for unit, v in (entry.get("units") or {}).items()}, str(path)
+    factors = {unit: float(v.get("factor", 1.0)) for unit, v in (entry.get("units") or {}).items()}
+    from pathlib import PurePath
+    profiles = [PurePath(str(p)) for p in entry.get("profiles") or [] if isinstance(p, str)]
+    names = [(p.parent.parent if p.parent.name == "ASCEND_PROFILER_OUTPUT" else p.parent).name or str(p)
+             for p in profiles]
+    return factors, (f"{path}, fitted on {', '.join(dict.fromkeys(names))}" if names else str(path))

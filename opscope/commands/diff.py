@@ -84,12 +84,18 @@ def _estimate_vs_profile(args, out: Path):
     scan_json = a / "scan.json" if a.is_dir() else a
     if scan_json.name != "scan.json" or not scan_json.is_file() or not b.exists() or not find_kernel_csvs(b):
         return None
-    from opscope.analysis.npu_compare import chip_for, compare
+    from opscope.analysis.npu_compare import chip_and_source, compare
     from opscope.analysis.npu_estimate import estimate, price
     from opscope.report.json_out import read_scan_json
     result = read_scan_json(scan_json)
-    chip = args.chip or chip_for(b)
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    if args.chip:
+        chip, chip_source = args.chip, "given with --chip"
+    else:
+        chip, chip_source = chip_and_source(b)
+        if chip is None:   # the profile does not say: the chip the scan was estimated for
+            chip = est.get("chip") if est and isinstance(est.get("chip"), str) else None
+            chip_source += f"; the scan's chip ({chip or 'the default'})"
     try:
         est = price(est["basis"], chip) if est and est.get("basis") else estimate(result.operators, result.steps,
                                                                                    None, chip)
@@ -98,6 +104,7 @@ def _estimate_vs_profile(args, out: Path):
         raise InputError(scan_json, f"npu_estimate cannot be priced ({type(exc).__name__})",
                          fix="re-run `opscope scan` to store a fresh estimate") from None
     comparison = compare(est, b, devices=args.devices)
+    comparison["chip_source"] = chip_source
     from opscope.atomic import write_atomic
     path = out / "estimate_vs_npu.json"
     write_atomic(path, json.dumps(comparison, indent=1))
@@ -105,6 +112,10 @@ def _estimate_vs_profile(args, out: Path):
         from opscope.report.npu_section import print_comparison
         from opscope.report.terminal import make_console
         print_comparison(comparison, make_console())
+        calibration = comparison.get("calibration") or {}
+        print(f"estimate priced for {comparison['chip']} ({chip_source}) x{comparison['devices']} "
+              f"({comparison['devices_source']})")
+        print("calibration: " + "; ".join(str(v) for v in (calibration.get("fitted_on"), calibration.get("note")) if v))
     print(path)
     return comparison
 
