@@ -28,7 +28,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "npu_memory.yaml": {"default": str, "chips": dict, "card_counts": list, "headroom": dict},
     "fake_mode.yaml": {"placeholders": dict, "bool_true_after": list, "bounded_sizes": dict, "factory_fake_mb": int,
                        "known_differences": dict, "known_dtype_differences": dict,
-                       "optimizer_state_per_param": dict},
+                       "optimizer_state_per_param": dict, "fused_attention": dict},
     "dynamic_shapes.yaml": {"data_dependent_ops": list, "python_to_aten": dict, "size_from_arguments": dict,
                             "suggestions": dict, "dimension_names": dict, "collate_settings": list, "collate_wrapped": list,
                             "shape_setters": dict, "loader_builders": list, "library_fixes": list},

@@ -15,14 +15,14 @@ NOT_MEASURED = "not measured in fake mode"
 
 def apply_fake(result: ScanResult, record: dict | None) -> None:
     """Fold the capture's fake-mode record (``capture/fake.json``) into ``result``."""
-    from opscope.analysis.memory_fit import memory_fit
+    from opscope.analysis.memory_fit import FAKE_BASIS, memory_fit
     record = record or {}
     if result.settings.mode == "fake":
         _drop_timings(result)
         places = record.get("places") or []
         collectives = record.get("collectives") or []
         result.fake_mode = {"places": places, "optimizers": record.get("optimizers") or [],
-                            "collectives": collectives,
+                            "collectives": collectives, "skipped_forwards": record.get("skipped_forwards") or [],
                             "timings": NOT_MEASURED,
                             "factory_fake_mb": record.get("factory_fake_mb")}
         result.notes.insert(0, "fake mode: model, optimizer state and activations ran as fake tensors (shapes and "
@@ -34,9 +34,31 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
             result.notes.append(f"fake mode: {c.get('where') or 'library code'} {c.get('op')}: "
                                 f"{_size(c.get('bytes', 0))} per call, {c.get('count')} call(s) (shape-only: "
                                 "not sent; the size is the communication volume per rank)")
-    fit = memory_fit(record.get("memory") or {}, result.settings.chip)
+        for s in record.get("skipped_forwards") or []:
+            result.notes.append(f"fake mode: {s.get('where') or 'library code'} {s.get('count')} repeated no-grad "
+                                f"forward(s) of {s.get('module')} with input shapes already seen were not re-run "
+                                "(the profiler was not recording them): each returned fake outputs of the first "
+                                "call's shapes and dtypes")
+    memory = record.get("memory") or {}
+    attention = attention_basis(memory.get("fused_attention") or {})
+    fit = memory_fit(memory, result.settings.chip, f"{FAKE_BASIS}; {attention}" if attention else FAKE_BASIS)
     if fit is not None:
         result.memory_fit = fit
+        if attention and result.settings.mode == "fake":
+            result.notes.append(f"memory fit: {attention}")
+
+
+def attention_basis(attention: dict) -> str | None:
+    """How the memory fit counted ``F.scaled_dot_product_attention`` (``fake_mode.MemoryTracker``), or None."""
+    calls = int(attention.get("calls") or 0)
+    if not calls:
+        return None
+    unfused = int(attention.get("unfused_peak_bytes") or 0)
+    return (f"attention counted as the NPU runs it ({calls} F.scaled_dot_product_attention call(s) are torch_npu's "
+            "fused FlashAttentionScore): its output and softmax statistics "
+            f"({int(attention.get('saved_bytes_per_query_row') or 0)} B per query row) are kept for the backward, "
+            "the CPU kernel's batch x heads x Sq x Skv intermediates are not counted"
+            + (f" (counted, they would have made the peak {_size(unfused)})" if unfused else ""))
 
 
 def describe_place(place: dict) -> str:

@@ -85,7 +85,7 @@ def hccl_group_size(folder: Path) -> int:
 def _exported_ranks(folders: list[Path]) -> tuple[int, int | None]:
     """(rank folders of this export, highest rank id): the folders found plus the ``*_ascend_pt``
     folders next to each one (one rank folder given of a multi-rank export), counted once per rank id."""
-    from opscope.parsers.ascend import _rank_of, is_ascend_dir
+    from opscope.parsers.ascend import is_ascend_dir, rank_of
     seen: dict[Path, int | None] = {}
     for folder in folders:
         pt = _rank_folder(folder)
@@ -98,7 +98,7 @@ def _exported_ranks(folders: list[Path]) -> tuple[int, int | None]:
                 pass
         for p in around:
             if p not in seen:
-                seen[p] = _rank_of(p)
+                seen[p] = rank_of(p)
     ids = {r for r in seen.values() if r is not None}
     count = len(ids) + sum(1 for r in seen.values() if r is None)
     return count, (max(ids) if ids else None)

@@ -124,18 +124,44 @@ def _batch(operators, calls=None) -> dict:
     return {"value": value, "evidence": f"leading dimension of the forward inputs, e.g. {where[value]}"}
 
 
-def _gradient_bytes(operators, steady) -> dict:
-    """Parameter gradient bytes: each optimizer-phase tensor shape counted as often as the least-called
-    optimizer operator on that shape runs per step (one call per parameter)."""
-    per_shape: dict[tuple, float] = {}
-    dtype_of: dict[tuple, str] = {}
-    foreach: list = []
+def _optimizer_lists(operators, lists_of) -> tuple[list, str] | None:
+    """The parameters a foreach or fused optimizer step covers, as (shapes, dtype), from the optimizer-phase
+    operators' first tensor lists (``lists_of(op)``): per operator name the distinct lists it took (one per
+    parameter group), and of those names the one whose lists hold the most bytes (the update, and
+    clip_grad_norm_'s norms, cover every parameter).  Lists of 0-dim tensors only (the step counters, the
+    per-tensor norms clip_grad_norm_ stacks) are not parameters, however long."""
+    per_name: dict[str, dict[str, tuple[list, str]]] = {}
     for op in operators:
         if op.phase != "optimizer":
             continue
-        first = (op.input_shapes or [None])[0]
-        if isinstance(first, list) and first and isinstance(first[0], list):
-            foreach = max(foreach, first, key=len)
+        lists = lists_of(op)
+        if not lists or not any(lists[0][0]):
+            continue
+        shapes, dtype = lists[0]
+        per_name.setdefault(op.name, {})[str(shapes)] = (shapes, dtype)
+    best: tuple[list, str, float] | None = None
+    for groups in per_name.values():
+        shapes = [shape for lst, _ in groups.values() for shape in lst]
+        dtype = next(iter(groups.values()))[1]
+        size = float(sum(numel(shape) for shape in shapes) * dtype_bytes(dtype))
+        if best is None or size > best[2]:
+            best = (shapes, dtype, size)
+    return (best[0], best[1]) if best else None
+
+
+def _gradient_bytes(operators, steady) -> dict:
+    """Parameter gradient bytes: the parameters a foreach/fused optimizer's tensor lists cover
+    (``_optimizer_lists``); else each optimizer-phase tensor shape counted as often as the least-called
+    optimizer operator on that shape runs per step (one call per parameter)."""
+    covered = _optimizer_lists(operators, tensor_lists)
+    if covered:
+        shapes, dtype = covered
+        return {"bytes": sum(numel(s) for s in shapes) * dtype_bytes(dtype), "parameters": len(shapes),
+                "evidence": "tensor lists of the foreach optimizer ops (every parameter group)"}
+    per_shape: dict[tuple, float] = {}
+    dtype_of: dict[tuple, str] = {}
+    for op in operators:
+        if op.phase != "optimizer" or nested_lists(op):
             continue
         tensors = op_tensors(op)
         if not tensors or not tensors[0][1].startswith(("float", "bfloat")):
@@ -145,9 +171,6 @@ def _gradient_bytes(operators, steady) -> dict:
         if n:
             per_shape[shape] = min(per_shape.get(shape, n), n)
             dtype_of[shape] = tensors[0][1]
-    if foreach:
-        total = sum(numel(s) for s in foreach) * 4
-        return {"bytes": total, "parameters": len(foreach), "evidence": "tensor lists of the foreach optimizer ops"}
     total = sum(numel(s) * round(n) * dtype_bytes(dtype_of[s]) for s, n in per_shape.items())
     count = sum(round(n) for n in per_shape.values())
     if not total:
@@ -275,10 +298,9 @@ def _recover_tensor_lists(candidates, operators, steady: set[int]) -> None:
 def _parameter_shapes(operators, steady: set[int]) -> list:
     """The parameter shapes the optimizer updates: recorded tensor lists, else per-parameter optimizer
     ops of a steady step, else the optimizer's state initialisation (zeros_like per state per parameter)."""
-    for op in operators:
-        lists = nested_lists(op) if op.phase == "optimizer" else []
-        if lists and lists[0]:
-            return lists[0]
+    covered = _optimizer_lists(operators, lambda op: [(lst, "float32") for lst in nested_lists(op)])
+    if covered:
+        return covered[0]
     per_shape: dict[tuple, float] = {}
     for op in operators:
         tensors = op_tensors(op)

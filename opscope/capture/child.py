@@ -92,6 +92,9 @@ def _fake_mode(plan: ScanPlan, session):
     fake_run = FakeRun(getattr(session, "user_code", None) or UserCode(plan.user_root), probe=plan.mode == "probe")
     if hasattr(session, "on_step"):
         session.on_step(fake_run.on_step)
+    recording = getattr(session, "recording", None)
+    if callable(recording):   # a repeated no-grad forward is skipped only where the profiler is not recording it
+        fake_run.may_skip = lambda: not recording()
     return fake_run
 
 

@@ -62,17 +62,33 @@ class MemoryTracker:
 
     A storage is counted once (views share it) from its creation until its Python storage
     object is finalized (storage objects are preserved while any tensor uses them).
+
+    Attention is counted as the NPU runs it (``fused_attention`` in fake_mode.yaml): torch_npu runs
+    ``F.scaled_dot_product_attention`` as the fused FlashAttentionScore kernel, which keeps no
+    batch x heads x Sq x Skv scores.  So the storages the CPU's SDPA makes inside itself (the math
+    path's scores, softmax, dropout mask; the CPU flash kernel's logsumexp) are tracked but not
+    counted (``uncounted``), its output is, and while its autograd graph lives the fused kernel's
+    saved softmax statistics (and its output, which the NPU's backward reads) are.  In SDPA's
+    backward only tensors of q's, k's or v's shape (the fused grad kernel's dq, dk, dv) are counted.
     """
 
     def __init__(self, user_code):
         self.user_code = user_code
-        self.live: dict[int, list] = {}            # storage cdata -> [bytes, category]
+        self.live: dict[int, list] = {}            # storage cdata -> [bytes counted, category, bytes not counted]
         self.totals = dict.fromkeys(CATEGORIES, 0)
         self.total = 0
         self.peak: dict[str, Any] = {"bytes": 0}
         self.steps: list[dict] = []
         self.module_stack: list[str] = []
         self.module_names: dict[int, str] = {}
+        # fused attention (see the class docstring)
+        self.stats_bytes_per_row = 0                # the fused kernel's saved statistics per query row
+        self.inner: list[int] | None = None         # storages made inside the SDPA call running now
+        self.attention_nodes: dict[int, frozenset] = {}   # SDPA's autograd nodes (sequence nr) -> dq/dk/dv shapes
+        self.holds: dict[int, int] = {}             # SDPA output storage -> the saved storage that outlives it
+        self.uncounted = 0                          # live bytes not counted (the CPU's attention intermediates)
+        self.unfused_peak = 0                       # the peak had they been counted
+        self.attention = {"calls": 0, "backward_calls": 0}
 
     def add(self, tensor, category: str) -> None:
         try:
@@ -83,10 +99,97 @@ class MemoryTracker:
         if key in self.live:
             return
         size = int(storage.nbytes())
-        self.live[key] = [size, category]
+        if self.inner is not None or (self.attention_nodes and not self._kept_in_attention_backward(tensor)):
+            self.live[key] = [0, category, size]
+            self.uncounted += size
+            if self.inner is not None:
+                self.inner.append(key)
+            weakref.finalize(storage, self._free, key)
+            self.unfused_peak = max(self.unfused_peak, self.total + self.uncounted)
+            return
+        self.live[key] = [size, category, 0]
         self.totals[category] += size
         self.total += size
         weakref.finalize(storage, self._free, key)
+        self.unfused_peak = max(self.unfused_peak, self.total + self.uncounted)
+        if self.total > self.peak["bytes"]:
+            self._new_peak()
+
+    def _kept_in_attention_backward(self, tensor) -> bool:
+        """Outside SDPA's backward: True.  Inside it: whether ``tensor`` has q's, k's or v's shape (what
+        the fused grad kernel writes); the CPU's B x heads x Sq x Skv gradients are not counted."""
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return True
+        try:
+            shapes = self.attention_nodes.get(node._sequence_nr())
+        except Exception:  # a Python-defined node
+            return True
+        return shapes is None or tuple(tensor.shape) in shapes
+
+    def begin_attention(self) -> list[int] | None:
+        outer, self.inner = self.inner, []
+        return outer
+
+    def end_attention(self, outer: list[int] | None, inputs: list, out) -> None:
+        """The SDPA call is over: count its output, and while its graph lives the fused kernel's saved set."""
+        inner, self.inner = self.inner or [], outer
+        self.attention["calls"] += 1
+        out_key = None
+        try:
+            out_key = out.untyped_storage()._cdata
+        except Exception:
+            pass
+        entry = self.live.get(out_key) if out_key is not None else None
+        if entry is not None and entry[2]:
+            self.uncounted -= entry[2]
+            entry[0], entry[2] = entry[2], 0
+            self.totals[entry[1]] += entry[0]
+            self.total += entry[0]
+        saved = [k for k in inner if k != out_key and k in self.live]
+        node = getattr(out, "grad_fn", None)
+        if not saved or node is None:   # no graph (no_grad, eval): nothing is kept for a backward
+            self._check_peak()
+            return
+        q = inputs[0]
+        rows = q.numel() // max(int(q.shape[-1]), 1) if q.dim() else 1
+        ghost = self.live[saved[0]]
+        stats = rows * self.stats_bytes_per_row
+        ghost[0] += stats
+        self.totals[ghost[1]] += stats
+        self.total += stats
+        if out_key is not None and out_key in self.live:
+            self.holds[out_key] = saved[0]
+        self._mark_nodes(node, inputs)
+        self._check_peak()
+
+    def _mark_nodes(self, node, inputs: list) -> None:
+        """SDPA's own autograd nodes: those created after its inputs' (sequence numbers above theirs)."""
+        floor = -1
+        for t in inputs:
+            fn = getattr(t, "grad_fn", None) if isinstance(t, torch.Tensor) else None
+            if fn is not None:
+                try:
+                    floor = max(floor, fn._sequence_nr())
+                except Exception:
+                    pass
+        shapes = frozenset(tuple(t.shape) for t in inputs[:3] if isinstance(t, torch.Tensor))
+        todo, seen = [node], set()
+        while todo:
+            fn = todo.pop()
+            try:
+                seq = fn._sequence_nr()
+            except Exception:
+                continue
+            if seq in seen or seq <= floor or seq >= 2**63:   # an input's node, or AccumulateGrad (max sequence nr)
+                continue
+            seen.add(seq)
+            self.attention_nodes[seq] = shapes
+            todo.extend(next_fn for next_fn, _ in fn.next_functions if next_fn is not None)
+        self.attention["backward_calls"] += 1
+
+    def _check_peak(self) -> None:
+        self.unfused_peak = max(self.unfused_peak, self.total + self.uncounted)
         if self.total > self.peak["bytes"]:
             self._new_peak()
 
@@ -105,9 +208,15 @@ class MemoryTracker:
 
     def _free(self, key: int) -> None:
         entry = self.live.pop(key, None)
-        if entry is not None:
-            self.totals[entry[1]] -= entry[0]
-            self.total -= entry[0]
+        if entry is None:
+            return
+        self.uncounted -= entry[2]
+        holder = self.live.get(self.holds.pop(key, -1))
+        if holder is not None and entry[1] == holder[1]:   # SDPA's output: the NPU keeps it for the backward
+            holder[0] += entry[0]
+            return
+        self.totals[entry[1]] -= entry[0]
+        self.total -= entry[0]
 
     def _new_peak(self) -> None:
         where = self.user_code.frame_of(sys._getframe(3))
@@ -126,15 +235,22 @@ class MemoryTracker:
                      "module": None, "autograd_node": None}
 
 
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
 class _BoolProducers(TorchFunctionMode):
     """Tags the outputs of the Python calls named in ``bool_true_after`` (``torch.isfinite`` decomposes into
-    other ATen ops, so the dispatch level cannot tell it)."""
+    other ATen ops, so the dispatch level cannot tell it); ``F.scaled_dot_product_attention`` goes to
+    ``on_attention`` (its CPU decomposition is below the dispatch level's sight too)."""
 
-    def __init__(self, names: frozenset):
+    def __init__(self, names: frozenset, on_attention=None):
         super().__init__()
         self.names = names
+        self.on_attention = on_attention
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is _SDPA and self.on_attention is not None:
+            return self.on_attention(func, args, kwargs or {})
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         if name in self.names and isinstance(out, torch.Tensor) and out.dtype == torch.bool:
@@ -164,6 +280,13 @@ class FakeRun(TorchDispatchMode):
         self._seen_modules: set[int] = set()
         self.optimizers: list[str] = []
         self.collectives: dict[tuple, dict] = {}   # (op, line) -> bytes per call, calls
+        attention = self.rules.get("fused_attention") or {}
+        self.memory.stats_bytes_per_row = int(attention.get("saved_bytes_per_query_row", 64))
+        # repeated no-grad forwards: (module, inputs) -> its first outputs' shapes; what was not re-run
+        self._eval_outputs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.skipped_forwards: dict[tuple, dict] = {}   # (module, line) -> calls not re-run
+        self.may_skip = lambda: True    # whether a forward running now may be skipped (not being recorded)
+        self._force_fake = False
 
     # -- install ---------------------------------------------------------------------
     def install(self) -> None:
@@ -222,9 +345,11 @@ class FakeRun(TorchDispatchMode):
 
         torch.save = torch_save
         self._undo.append(lambda: setattr(torch, "save", save))
-        tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()))
+        tagger = _BoolProducers(frozenset(self.rules.get("bool_true_after") or ()), self._attention)
         tagger.__enter__()
         self._undo.append(lambda: tagger.__exit__(None, None, None))
+        if not self.probe:
+            self._install_eval_skip()
         self.__enter__()
 
     def _install_distributed(self) -> None:
@@ -341,6 +466,123 @@ class FakeRun(TorchDispatchMode):
                 if isinstance(tensor, self.fake_type):
                     self.memory.claim(tensor, "optimizer_state")
 
+    # -- attention as the NPU runs it ----------------------------------------------------
+    def _attention(self, func, args, kwargs):
+        """``F.scaled_dot_product_attention`` on fake tensors: its memory as torch_npu's fused kernel keeps it
+        (``MemoryTracker``); the CPU still runs (and the profiler records) its own decomposition."""
+        inputs = [*args[:4]] + [kwargs[k] for k in ("query", "key", "value", "attn_mask") if k in kwargs]
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        if len(tensors) < 3 or not any(isinstance(t, self.fake_type) for t in tensors):
+            return func(*args, **kwargs)
+        outer = self.memory.begin_attention()
+        out = None
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            if out is None:
+                self.memory.inner = outer
+        self.memory.end_attention(outer, tensors, out)
+        return out
+
+    # -- repeated no-grad forwards ---------------------------------------------------------
+    def _install_eval_skip(self) -> None:
+        """A top-level no-grad forward (evaluation, sampling) with inputs of shapes already seen is not
+        re-run while the profiler is not recording it: its forward returns fake tensors of the first call's
+        output shapes and dtypes.  The module's hooks still run (the session counts the forward)."""
+        run = self
+        call_impl = torch.nn.Module._call_impl
+
+        def _call_impl(module, *args, **kwargs):
+            if run.memory.module_stack or torch.is_grad_enabled():
+                return call_impl(module, *args, **kwargs)
+            return run._eval_call(call_impl, module, args, kwargs)
+
+        torch.nn.Module._call_impl = _call_impl   # type: ignore[method-assign,assignment]
+        self._undo.append(lambda: setattr(torch.nn.Module, "_call_impl", call_impl))
+
+    def _eval_call(self, call_impl, module, args, kwargs):
+        key = self._eval_key(module, args, kwargs)
+        if key is None:
+            return call_impl(module, *args, **kwargs)
+        try:
+            seen = self._eval_outputs.setdefault(module, {})
+        except TypeError:   # a module that is not hashable or weakly referenceable
+            return call_impl(module, *args, **kwargs)
+        meta = seen.get(key)
+        if meta is None:
+            out = call_impl(module, *args, **kwargs)
+            seen[key] = _output_meta(out, self.fake_type) or False
+            return out
+        if meta is False:   # outputs that cannot be rebuilt from shapes (real tensors, objects)
+            return call_impl(module, *args, **kwargs)
+        own = module.__dict__.get("forward", _MISSING)
+        forward = module.forward
+        run = self
+
+        def skipped_forward(*a, **k):
+            if not run.may_skip():
+                return forward(*a, **k)
+            run._skipped(module)
+            return run._rebuild(meta)
+
+        module.__dict__["forward"] = skipped_forward   # _call_impl reads self.forward before its hooks run
+        try:
+            return call_impl(module, *args, **kwargs)
+        finally:
+            if own is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                module.__dict__["forward"] = own
+
+    def _eval_key(self, module, args, kwargs) -> tuple | None:
+        """Shapes, dtypes and plain values of a forward's inputs, the module's mode and autocast's state;
+        None when an input is an object (a cache, a config) the outputs could depend on otherwise."""
+        from torch.utils._pytree import tree_flatten
+        leaves, spec = tree_flatten((args, kwargs))
+        parts: list = []
+        fake = False
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                is_fake = isinstance(leaf, self.fake_type)
+                fake = fake or is_fake
+                parts.append((tuple(leaf.shape), leaf.dtype, leaf.device.type, is_fake))
+            elif leaf is None or isinstance(leaf, (bool, int, float, str)):
+                parts.append((type(leaf).__name__, leaf))
+            else:
+                return None
+        if not fake and not isinstance(next(module.parameters(), None), self.fake_type):
+            return None
+        autocast: list = []
+        for device in ("cpu", "cuda"):
+            try:
+                autocast.append((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)))
+            except Exception:  # a torch without that device's autocast
+                autocast.append(None)
+        return bool(module.training), str(spec), tuple(parts), tuple(autocast)
+
+    def _skipped(self, module) -> None:
+        found = self.user_code.frame_of(sys._getframe(2))
+        where = f"{found[0]}:{found[1]}" if found else None
+        name = self.memory.module_names.get(id(module), type(module).__name__)
+        entry = self.skipped_forwards.setdefault((name, where), {"module": name, "where": where, "count": 0})
+        entry["count"] += 1
+
+    def _rebuild(self, meta):
+        from torch.utils._pytree import tree_unflatten
+        spec, leaves = meta
+        out = []
+        self._force_fake = True
+        try:
+            for leaf in leaves:
+                if leaf[0] == "tensor":
+                    _, shape, stride, dtype, device = leaf
+                    out.append(torch.empty_strided(shape, stride, dtype=dtype, device=device))
+                else:
+                    out.append(leaf[1])
+        finally:
+            self._force_fake = False
+        return tree_unflatten(out, spec)
+
     # -- the dispatch hook -------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -388,6 +630,11 @@ class FakeRun(TorchDispatchMode):
 
     def _factory(self, func, args, kwargs):
         """Parameters and buffers (built in a module's construction) and big tensors are fake."""
+        if self._force_fake:   # the outputs of a forward that was not re-run
+            with self.fake:
+                made = func(*args, **kwargs)
+            self._outputs(func, made)
+            return made
         building = _in_module_construction()
         if not building:
             with self.fake:
@@ -478,15 +725,19 @@ class FakeRun(TorchDispatchMode):
     # -- results ----------------------------------------------------------------------
     def on_step(self, index: int) -> None:
         self.memory.end_step(index)
+        self.memory.attention_nodes.clear()
 
     def summary(self) -> dict:
         def order(place: dict) -> tuple:
             file, _, line = (place["where"] or "").rpartition(":")
             return file, int(line) if line.isdigit() else 0, place["kind"]
 
+        memory = self.memory
         return {"places": sorted(self.places.values(), key=order),
-                "memory": {"steps": self.memory.steps, "current": dict(self.memory.totals),
-                           "peak_now": self.memory.peak},
+                "memory": {"steps": memory.steps, "current": dict(memory.totals), "peak_now": memory.peak,
+                           "fused_attention": {**memory.attention, "unfused_peak_bytes": memory.unfused_peak,
+                                               "saved_bytes_per_query_row": memory.stats_bytes_per_row}},
+                "skipped_forwards": sorted(self.skipped_forwards.values(), key=lambda e: (e["where"] or "", e["module"])),
                 "optimizers": sorted(set(self.optimizers)),
                 "collectives": list(self.collectives.values()),
                 "factory_fake_mb": self.factory_limit // 2**20}
@@ -508,6 +759,27 @@ def _holds_fake(obj, fake_type, depth: int = 0) -> bool:
     if isinstance(obj, torch.nn.Module):
         return any(isinstance(p, fake_type) for p in obj.parameters())
     return False
+
+
+_MISSING = object()
+
+
+def _output_meta(out, fake_type) -> tuple | None:
+    """(pytree spec, leaves) of a forward's outputs, each fake tensor as its shape, stride, dtype and device;
+    None when an output is a real tensor or an object (not rebuilt from shapes)."""
+    from torch.utils._pytree import tree_flatten
+    leaves, spec = tree_flatten(out)
+    metas: list[tuple] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if not isinstance(leaf, fake_type) or leaf.requires_grad:
+                return None
+            metas.append(("tensor", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device))
+        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
+            metas.append(("value", leaf))
+        else:
+            return None
+    return spec, metas
 
 
 class _DoneWork:

@@ -540,6 +540,13 @@ class CaptureSession:
             if not (self._eval_paused or self._closure_paused):
                 _collect_cpu(False)
 
+    def recording(self) -> bool:
+        """Whether the torch calls made now are recorded: a step is captured and its recording is not paused
+        (a repeated evaluation or closure forward, the step's call cap).  ``--mode fake`` skips a repeated
+        no-grad forward only when it is not."""
+        return (self.prof is not None and not (self._eval_paused or self._closure_paused)
+                and "after_calls" not in self._unrecorded)
+
     def _take_unrecorded(self) -> dict:
         data, self._unrecorded = self._unrecorded, {}
         self.tracker.calls_in_step = 0

@@ -34,10 +34,10 @@ def is_ascend_dir(path: Path) -> bool:
 def rank_dirs(path: Path) -> list[Path]:
     """The ``*_ascend_pt`` folders directly under ``path`` (a multi-rank run), rank order."""
     found = [p for p in path.iterdir() if p.is_dir() and is_ascend_dir(p)] if path.is_dir() else []
-    return sorted(found, key=lambda p: (_rank_of(p) if _rank_of(p) is not None else 1 << 30, p.name))
+    return sorted(found, key=lambda p: (rank_of(p) if rank_of(p) is not None else 1 << 30, p.name))
 
 
-def _rank_of(folder: Path) -> int | None:
+def rank_of(folder: Path) -> int | None:
     for info in folder.glob("profiler_info_*.json"):
         try:
             if info.is_file() and info.stat().st_size < MAX_INFO_BYTES:
@@ -110,7 +110,7 @@ def load_ascend(path) -> Profile:
     builder = ProfileBuilder("ascend", folder)
     builder.add(TraceReader(trace))
     prof = builder.build()
-    prof.rank = _rank_of(folder)
+    prof.rank = rank_of(folder)
     breakdown, notes = _step_breakdown(out / STEP_CSV)
     if breakdown:
         prof.metadata["device_step_breakdown_us"] = breakdown
@@ -136,7 +136,7 @@ def load_ascend_db(path) -> Profile:
             raise
         raise FormatError(f"unexpected content in the profiler database ({exc})", where=db.name) from None
     prof = builder.build()
-    prof.rank = _rank_of(folder)
+    prof.rank = rank_of(folder)
     if prof.rank is None:
         match = re.search(r"profiler_(\d+)\.db$", db.name)
         prof.rank = int(match.group(1)) if match else None
