@@ -32,6 +32,7 @@ from opscope.capture.user_profiler import install_script_profiler_stand_in
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
 CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step
+MEMORY_STEPS = 3                 # steps whose device memory a real scan measures (capture/device_memory.py)
 DEFAULT_MAX_CAPTURE_MB = 1536    # capture memory (RSS growth) after which a step stops recording
 
 
@@ -145,6 +146,7 @@ class CaptureSession:
         self._write_error: tuple[str, str] | None = None   # a write of the session's own (runtime.json)
         # device memory for the memory fit (real scans; --mode fake tracks its fake storages instead)
         self.device_memory: Any = None
+        self._measuring_memory = False            # this step's device memory is measured
         self.track_memory = track_memory
 
     # -- lifecycle -------------------------------------------------------------------
@@ -184,9 +186,13 @@ class CaptureSession:
         # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.  The class taken when this
         # module was imported: the script's gets a stand-in (user_profiler.py).
         use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
-        if self.device_memory is not None:
+        # the memory fit reads the first MEMORY_STEPS steps (the optimizer's lazy state and two steady steps):
+        # a step's peak repeats after that, and its allocator events cost every later step time
+        measure = self.device_memory is not None and self.step_index < MEMORY_STEPS
+        self._measuring_memory = measure
+        if measure:
             self.device_memory.step_started()
-        profile_memory = self.device_memory is not None and self.device_memory.profile_memory
+        profile_memory = measure and self.device_memory.profile_memory
         self.prof = _TORCH_PROFILE(use_device=use_device, record_shapes=True, use_kineto=True,
                                    profile_memory=profile_memory)
         self.prof.__enter__()
@@ -245,7 +251,9 @@ class CaptureSession:
                 return
             duration_us = (time.perf_counter() - self.step_started) * 1e6
             prof = self._stop_profiler()
-            memory_state = self.device_memory.step_ended() if self.device_memory is not None else None
+            memory_state = self.device_memory.step_ended() if self._measuring_memory else None
+            if memory_state is not None and self.step_index + 1 >= MEMORY_STEPS:
+                self.device_memory.remove()   # measured: its gradient hooks go
             self.step_index += 1
             self._write_step(prof, duration_us, complete=not partial, memory_state=memory_state)
             del prof
@@ -386,7 +394,7 @@ class CaptureSession:
                     session.tracker.boundary_pending = True
                 session.safe_point(force=session._is_training_forward(module))
                 session._enter_top_level(module)
-                if session.device_memory is not None and session.prof is not None:
+                if session._measuring_memory and session.prof is not None:
                     session.device_memory.see_module(module)
                     session.device_memory.forward_started()
             session.module_depth += 1
