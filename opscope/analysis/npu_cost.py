@@ -119,6 +119,17 @@ def kernel_params(kernel_type: str) -> dict:
     return table.get(kernel_type) or table.get("default_vector") or {}
 
 
+def _pricing_inputs(kernel: Kernel, chip: dict) -> tuple[dict, dict, str, float, float, float]:
+    """(cost model, the kernel type's entry, unit, reference HBM GB/s, this chip's HBM GB/s, floor in us)."""
+    model = cost_model()
+    params = kernel_params(kernel.type)
+    unit = kernel.unit or params.get("unit", "vector")
+    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
+    hbm = float(chip.get("hbm_gbps") or ref_hbm)
+    floor = float(params.get("floor_us", (model.get("floors") or {}).get(unit, 2.0)))
+    return model, params, unit, ref_hbm, hbm, floor
+
+
 def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> float:
     """Predicted device time of ``kernel.count`` launches of one kernel, in microseconds.
 
@@ -127,12 +138,7 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
     its own floor and a far lower bandwidth.  ``factors`` (from ``opscope calibrate``)
     scale each unit's result.
     """
-    model = cost_model()
-    params = kernel_params(kernel.type)
-    unit = kernel.unit or params.get("unit", "vector")
-    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
-    hbm = float(chip.get("hbm_gbps") or ref_hbm)
-    floor = float(params.get("floor_us", (model.get("floors") or {}).get(unit, 2.0)))
+    model, params, unit, ref_hbm, hbm, floor = _pricing_inputs(kernel, chip)
     if unit in ("cube", "fa"):
         peaks = chip.get("cube_tflops") or {}
         dtype = dtype_name(kernel.dtype)
@@ -161,12 +167,7 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
 
 def pricing_rule(kernel: Kernel, chip: dict) -> str:
     """The rule ``kernel_time_us`` priced ``kernel`` by, in words (for the estimate's report row)."""
-    model = cost_model()
-    params = kernel_params(kernel.type)
-    unit = kernel.unit or params.get("unit", "vector")
-    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
-    hbm = float(chip.get("hbm_gbps") or ref_hbm)
-    floor = float(params.get("floor_us", (model.get("floors") or {}).get(unit, 2.0)))
+    model, params, unit, ref_hbm, hbm, floor = _pricing_inputs(kernel, chip)
     if unit in ("cube", "fa"):
         dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype_name(kernel.dtype), "fp16")
         eff = params.get("efficiency", 0.6)
