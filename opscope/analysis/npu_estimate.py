@@ -359,6 +359,7 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
             "fallback": fallback,
             "kernels": [_kernel_dict(k) for k in kernels],
             "transdata": [_kernel_dict(k) for k in inserted],
+            "transdata_rule": rule_name,
             "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
             "reasons": reasons}
     if op.library:   # the library call a user can act on (torchvision/ops/roi_align.py:NNN)
@@ -465,6 +466,14 @@ def _mark_unfused(rows: list[dict], patterns: list[dict]) -> None:
 
 # --- prices on a chip ---
 
+def _converts(row: dict, family: str, model: dict) -> bool:
+    """Whether the chip family converts this operator's tensors around it each call (its TransData rule's
+    ``families``); a basis stored before the rule was named converts on every chip, as it was priced then."""
+    rule = ((model.get("transdata") or {}).get(row.get("transdata_rule") or "") or {})
+    families = rule.get("families")
+    return not families or not family or family in families
+
+
 def _kernels(items) -> list[Kernel]:
     return [Kernel(**k) for k in items]
 
@@ -490,7 +499,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     for row in basis.get("rows") or []:
         n = float(row.get("calls_per_step") or 0)
         kernels = _kernels(row.get("kernels") or [])
-        inserted = _kernels(row.get("transdata") or [])
+        inserted = _kernels(row.get("transdata") or []) if _converts(row, family, model) else []
         if family == "910A":
             inserted += _kernels(row.get("transdata_910a") or [])
         units: dict[str, float] = defaultdict(float)
