@@ -46,7 +46,9 @@ def test_item_early_stopping_and_boolean_masks_scan_in_fake_mode(tmp_path):
     layouts = opscope.load(tmp_path).memory_fit
     assert list(layouts["layout"])[0] == "single card" and list(layouts["cards"])[0] == 1
     fit = scan["memory_fit"]
-    assert fit["peak_bytes"] == sum(fit["parts"].values()) and fit["parts"]["optimizer_state"] > 0
+    parts = fit["parts"]   # each part at its largest: their sum bounds the measured peak from above
+    assert parts["parameters"] + parts["optimizer_state"] <= fit["peak_bytes"] <= sum(parts.values())
+    assert parts["optimizer_state"] > 0
     terminal = " ".join(proc.stdout.split())   # the summary, rich-wrapped
     assert "not measured in fake mode" in terminal
     assert _line(script, "value = loss.item()") in terminal

@@ -138,3 +138,58 @@ def test_on_a_real_gpu_the_allocators_own_peak_is_the_steps():
 def test_a_step_without_a_module_forward_is_not_guessed():
     state = {"start": {}, "end": {}, "grads_at_forward": None}
     assert step_peak(1, state, [(1, 4096), (2, -4096)], [], []) is None
+
+
+def test_report_target_on_a_scan_that_measured_nothing_keeps_no_score_and_no_plan(tmp_path):
+    out = tmp_path / "tn"
+    proc = run_opscope("scan", SCRIPTS / "trains_nothing.py", "--steps", "3", "--out", out, "--format", "json")
+    assert proc.returncode != 0 and load_scan(out)["summary"]["readiness_score"] is None
+    proc = run_opscope("report", out, "--target", "2.6.0", "--format", "md", "--out", tmp_path / "t", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "t" / "report.md").read_text(encoding="utf-8")
+    assert "**Readiness score:** n/a" in md and "## Port plan" not in md
+
+
+def test_report_target_prices_a_signature_that_falls_back_only_on_the_new_release(tmp_path):
+    """repeat_interleave.Tensor runs on the host on torch_npu 2.6.0: judged again from a scan for the newest
+    release, the score, the fallback share and the host time match a scan made for 2.6.0 directly."""
+    script = SCRIPTS / "repeat_interleave_loop.py"
+    direct, newest = tmp_path / "direct", tmp_path / "newest"
+    for out, extra in ((direct, ["--target", "2.6.0"]), (newest, [])):
+        proc = run_opscope("scan", script, "--steps", "3", "--out", out, "--format", "json", *extra)
+        assert proc.returncode in (0, 5), proc.stderr[-2000:]
+    proc = run_opscope("report", newest, "--target", "2.6.0", "--format", "md", "--out", tmp_path / "re", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    want = load_scan(direct)["summary"]["readiness_score"]
+    assert want is not None and want < 100
+    assert f"**Readiness score:** {want}/100" in (tmp_path / "re" / "report.md").read_text(encoding="utf-8")
+
+
+def test_older_tensors_freed_after_the_forward_were_live_before():
+    """A previous iteration's output freed when the new one is assigned: it was live during the forward."""
+    state = {"start": {"parameters": 100, "gradients": 0, "optimizer_state": 0},
+             "end": {"parameters": 100, "gradients": 0, "optimizer_state": 0}, "grads_at_forward": 0}
+    memory = [(10, 300), (20, -1000), (30, 200), (40, -500)]   # 1000 bytes of last step's output go at ns 20
+    rec = step_peak(2, state, memory, [(5, "forward")], [])
+    assert rec["bytes"] == 100 + 1000 + 300
+
+
+def test_gradients_freed_by_zero_grad_after_the_forward_are_not_counted_at_the_peak():
+    state = {"start": {"parameters": 100, "gradients": 100, "optimizer_state": 200},
+             "end": {"parameters": 100, "gradients": 100, "optimizer_state": 200}, "grads_at_forward": 100}
+    memory = [(10, 500), (22, -100), (30, 400), (40, 100), (50, -900)]
+    ranges = [(20, 25, "Optimizer.zero_grad#AdamW.zero_grad"), (35, 60, "opscope.backward")]
+    rec = step_peak(2, state, memory, [(5, "forward"), (40, "grad=100")], ranges)
+    assert rec["bytes"] == 100 + 200 + 100 + 500 - 100 + 400 + 100   # nothing older: the free was a gradient
+    assert rec["breakdown"]["gradients"] == 100                       # the new one, not the freed old one
+    assert memory_fit({"steps": [rec]})["parts"]["activations"] == 900
+
+
+def test_a_peak_inside_the_update_keeps_what_was_live_before_it_as_activations():
+    state = {"start": {"parameters": 100, "gradients": 0, "optimizer_state": 0},
+             "end": {"parameters": 100, "gradients": 100, "optimizer_state": 200}, "grads_at_forward": 0}
+    memory = [(10, 1000), (20, 100), (40, 250), (45, -50)]   # 1000 still live when the update starts at 30
+    ranges = [(30, 50, "Optimizer.step#AdamW.step")]
+    rec = step_peak(1, state, memory, [(5, "forward"), (20, "grad=100")], ranges)
+    assert rec["phase"] == "optimizer" and rec["breakdown"]["optimizer_state"] == 250
+    assert memory_fit({"steps": [rec]})["parts"]["activations"] == 1000

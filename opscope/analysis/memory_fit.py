@@ -63,7 +63,9 @@ def memory_fit(memory: dict, chip_name: str | None = None, basis: str = FAKE_BAS
         parts["gradients"] = max(parts["gradients"], int(end.get("gradients", 0)), int(at_peak.get("gradients", 0)))
     parts["activations"] = max(0, int(peak["bytes"]) - sum(int((peak.get("breakdown") or {}).get(p, 0))
                                                           for p in ("parameters", "gradients", "optimizer_state")))
-    peak_bytes = max(int(peak["bytes"]), sum(parts.values()))
+    # the measured peak; what a step holds at its end is a floor under it (the parts are each at their largest,
+    # not at one moment: their sum would count gradients a step had freed before its peak)
+    peak_bytes = max(int(peak["bytes"]), max(int(s.get("end_bytes") or 0) for s in steps))
     return {**_cards(parts, peak_bytes, chip_name),
             "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
             "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),

@@ -11,7 +11,6 @@ stated with it.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import fields
 
@@ -702,23 +701,6 @@ def allreduce_us(grad_bytes: float, world: int, figures: dict) -> float:
     link = "hccs" if world <= int(figures.get("npus_per_server", 8)) else "roce"
     gbps = float((figures.get("link_gbps") or {}).get(link, 25))
     return 2 * (world - 1) / world * grad_bytes / (gbps * 1e9) * 1e6 + latency
-
-
-def mark_fallbacks(basis: dict, operators) -> None:
-    """Which basis rows are CPU fallbacks, from the operators' verdicts (judged again for another release by
-    ``opscope report --target``): each row's flag and the bytes a fallback moves each way."""
-    verdicts = {(op.name, op.overload or "", json.dumps(op.input_shapes), json.dumps(op.dtypes)): op
-                for op in operators}
-    for row in basis.get("rows") or []:
-        op = verdicts.get((row.get("name"), row.get("overload") or "", json.dumps(row.get("input_shapes")),
-                           json.dumps(row.get("dtypes"))))
-        if op is None:
-            continue
-        row["fallback"] = op.verdict == "cpu-fallback"
-        if row["fallback"]:
-            row["fallback_bytes"] = _tensor_bytes(op.input_shapes, op.dtypes) + _tensor_bytes(op.output_shapes, op.dtypes)
-        else:
-            row.pop("fallback_bytes", None)
 
 
 def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None,

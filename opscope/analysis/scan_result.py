@@ -307,19 +307,34 @@ def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = Tr
 
 def retarget(result: ScanResult, target: str) -> None:
     """Judge a stored scan again for another torch_npu release (``opscope report RUN --target V``), without
-    re-running the script: verdicts, host-only marks, the third-party rows, what the NPU estimate counts
-    as a CPU fallback, and the port plan for that release.  The caller re-prices the estimate and
-    re-weighs the score (the chip may change too)."""
+    re-running the script: verdicts, host-only marks, the third-party rows, the NPU estimate's basis (which
+    signatures are priced, which as CPU fallbacks, and why) and the port plan for that release.  What the
+    summary holds besides the score (precision, why there is no score) is kept: a scan that measured nothing
+    still has no score and no plan.  The caller re-prices the estimate and re-weighs the score."""
     from opscope.analysis.verdicts import resolve_target
     version = resolve_target(target)   # an unknown release is a one-line error naming the known ones
+    old = result.summary.to_dict()
     uses_device = any(op.on_device for op in result.operators)
-    kept = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
-    result.findings = kept
+    result.findings = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
     _add_verdicts(result, version, uses_device, result.settings.chip)
+    result.summary = ScanSummary.from_dict({**old, **result.summary.to_dict(),
+                                           **({"readiness_score": None} if old.get("score_unavailable") else {})},
+                                          "$.summary")
     result.settings.target = version
-    basis = result.npu_estimate.get("basis") if isinstance(result.npu_estimate, dict) else None
-    if isinstance(basis, dict):
-        from opscope.analysis.npu_estimate import mark_fallbacks
-        mark_fallbacks(basis, result.operators)
+    if isinstance(result.npu_estimate, dict) and isinstance(result.npu_estimate.get("basis"), dict):
+        _rebuild_basis(result)
     _add_third_party(result)
-    _add_plan(result, version)
+    if result.plan is not None:
+        _add_plan(result, version)
+
+
+def _rebuild_basis(result: ScanResult) -> None:
+    """The estimate's basis made again from the stored operators with their new verdicts (a signature that
+    falls back on one release and runs natively on another is priced differently, or not at all below its
+    parent).  The op stream is not stored, so the fused-pattern matches of the scan are carried over."""
+    from opscope.analysis.npu_estimate import build_basis
+    assert isinstance(result.npu_estimate, dict)
+    old = result.npu_estimate["basis"]
+    basis = build_basis(result.operators, result.steps)
+    basis["patterns"] = old.get("patterns") or []
+    result.npu_estimate["basis"] = basis

@@ -171,33 +171,51 @@ def step_peak(step: int, state: dict, memory: list, marks: list, ranges: list) -
     ``memory``: (ns, bytes) allocator events; ``marks``: (ns, mark text after '#') of the step;
     ``ranges``: (start ns, end ns, name) of the phase and optimizer ranges.  None when the step
     reports nothing (no events on a device without statistics) or ran no module forward.
+
+    Live memory at a moment of the step = parameters + optimizer state + gradients live at the first
+    forward + older tensors Python did not count (a previous iteration's outputs) + the running sum of
+    the step's events from that forward.  The older tensors are known only by their frees: at least what
+    the step frees beyond its allocations (gradient frees inside ``Optimizer.zero_grad`` excepted, which
+    are counted gradients) was live before.
     """
     start, end = state.get("start") or {}, state.get("end") or {}
     params = int(end.get("parameters") or start.get("parameters") or 0)
     old_state = int(start.get("optimizer_state") or 0)
+    end_state = int(end.get("optimizer_state") or 0)
     gfwd = state.get("grads_at_forward")
     old_grads = int(start.get("gradients") or 0) if gfwd is None else int(gfwd)
     base = params + old_state + old_grads
+    zeroing = [(s, e) for s, e, name in ranges if name.startswith("Optimizer.zero_grad#")]
     if state.get("cuda_peak") is not None:   # a real GPU: the allocator's own peak, its time unknown
-        peak, at = max(int(state["cuda_peak"]), base), None
+        peak, at, freed_grads, state_at_peak = max(int(state["cuda_peak"]), base), None, 0, max(old_state, end_state)
     else:
         # no module ran forward in the step (hand-written tensor code): what its tensors are is unknown
         begin = min((ns for ns, text in marks if text == "forward"), default=None)
         if not memory or begin is None:
             return None
-        peak, at, running = base, None, 0
-        for ns, nbytes in sorted(memory):
-            if ns < begin:
-                continue
+        events = [(ns, n, any(s <= ns <= e for s, e in zeroing) and n < 0) for ns, n in sorted(memory) if ns >= begin]
+        running, uncounted, low, timeline = 0, 0, 0, []
+        for ns, nbytes, grad_free in events:
             running += nbytes
-            if base + running > peak:
-                peak, at = base + running, ns
+            uncounted += nbytes if not grad_free else 0
+            low = min(low, uncounted)
+            timeline.append((ns, running))
+        older = -low                          # older tensors freed in the step: live until then
+        peak, at = base + older, None
+        for ns, value in timeline:
+            if base + older + value > peak:
+                peak, at = base + older + value, ns
+        freed_grads = -sum(n for ns, n, grad_free in events if grad_free and (at is None or ns <= at))
+        opt_start = max((s for s, e, name in ranges if name.startswith(OPTIMIZER_RANGES) and at is not None
+                         and s <= at <= e), default=None)
+        if opt_start is None:
+            state_at_peak = old_state
+        else:   # a peak inside the update: what the update allocated is its state and temporaries (fake mode's classes)
+            before = next((v for ns, v in reversed(timeline) if ns < opt_start), 0)
+            at_peak = next(v for ns, v in timeline if ns == at)
+            state_at_peak = old_state + max(0, at_peak - before)
     new_grads = sum(int(text[5:]) for ns, text in marks if text.startswith("grad=") and (at is None or ns <= at))
-    in_update = at is not None and any(s <= at and name.startswith(OPTIMIZER_RANGES) for s, e, name in ranges)
-    grads = old_grads + new_grads
-    # a peak inside the update: what it holds beyond parameters and gradients is the update's (its new
-    # state and its temporaries), as fake mode classes what the optimizer allocates
-    state_at_peak = max(old_state, int(peak) - params - grads) if in_update else old_state
+    grads = max(0, old_grads - freed_grads) + new_grads
     breakdown = {"parameters": params, "gradients": grads, "optimizer_state": state_at_peak}
     return {"bytes": int(peak), "breakdown": breakdown, "phase": _phase_at(at, ranges) if at is not None else None,
             "where": None, "module": None, "autograd_node": None, "step": step,
