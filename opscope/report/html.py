@@ -133,7 +133,7 @@ def _npu_context(result: ScanResult) -> dict | None:
     if sec is None:
         return None
     return {"title": sec.title, "sentences": sec.sentences, "calibration": "; ".join(sec.calibration),
-            "fps_headers": FPS_HEADERS, "fps": sec.fps, "headers": HEADERS, "rows": sec.rows, "more": sec.more}
+            "fps_headers": FPS_HEADERS, "fps": sec.fps, "headers": HEADERS, "rows": sec.rows, "rules": sec.rules, "more": sec.more}
 
 
 def _memory_fit_context(fit: dict | None) -> dict | None:

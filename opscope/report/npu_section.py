@@ -19,7 +19,13 @@ class Section:
     calibration: list[str] = field(default_factory=list)
     fps: list[list] = field(default_factory=list)          # devices, step ms, FPS, bound
     rows: list[list] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)         # per row: the kernel that costs most, and its pricing rule
     more: int = 0
+
+    def rows_with_rules(self) -> list[list]:
+        """The rows with each rule in brackets after the kernels (Markdown, XLSX, terminal; HTML shows it on hover)."""
+        return [[*r[:4], f"{r[4]} [{rule}]" if rule else r[4], *r[5:]] for r, rule in zip(self.rows, self.rules or
+                                                                                       [""] * len(self.rows), strict=True)]
 
 
 def _ms(us) -> str:
@@ -62,21 +68,20 @@ def _build(est: dict, top: int | None) -> Section | None:
                          f"parameters) per step; {grads.get('evidence', '')}.")
     fps = [[w["devices"], _ms(w["step_us"]), f"{w['fps']:,.0f}" if w.get("fps") else "-", w["bound"],
             _ms(w.get("communication_us"))] for w in step.get("per_world_size") or []]
-    rows = []
+    rows: list[list] = []
+    rules: list[str] = []
     ranked = est.get("rows") or []
     shown = ranked if top is None else ranked[:top]
     for i, r in enumerate(shown, start=1):
         where = r.get("source") or "-"
         if r.get("library") and r["library"] != r.get("source"):   # the library call inside the user's line
             where = f"{where} (in {r['library']})"
-        kernels = r.get("kernels") or ""
-        if r.get("priced_by"):   # the kernel that costs most, and the rule that priced it
-            kernels = f"{kernels} [{r['priced_by']}]"
-        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), kernels,
+        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), r.get("kernels") or "",
                      r.get("reason") or "", r.get("fix") or ""])
+        rules.append(r.get("priced_by") or "")   # the kernel that costs most, and the rule that priced it
     calibration = [str(v) for v in (est.get("calibration") or {}).values()]
     return Section(title=f"What will be slow on {chip} (estimate)", sentences=sentences, calibration=calibration,
-                   fps=fps, rows=rows, more=max(0, len(ranked) - len(shown)))
+                   fps=fps, rows=rows, rules=rules, more=max(0, len(ranked) - len(shown)))
 
 
 FPS_HEADERS = ["devices", "est. step ms", "est. samples/s", "bound", "all-reduce ms"]
@@ -91,7 +96,7 @@ def markdown_lines(result, cell, table) -> list[str]:
     out += ["- " + cell(s) for s in sec.sentences]
     out += [""] + table(FPS_HEADERS, sec.fps)
     if sec.rows:
-        out += ["", "Operators ranked by estimated NPU time:", ""] + table(HEADERS, sec.rows)
+        out += ["", "Operators ranked by estimated NPU time:", ""] + table(HEADERS, sec.rows_with_rules())
     if sec.more:
         out.append(f"\n… and {sec.more} more (report.xlsx, sheet NPU estimate).")
     out += ["", "_Calibration: " + cell("; ".join(sec.calibration)) + "_"]
@@ -121,7 +126,7 @@ def print_terminal(result, console) -> None:
             t.add_column(h, overflow="ellipsis" if h in ("what (estimate)", "where") else "fold",
                          justify="right" if h in ("#", "est. NPU ms/step") else "left",
                          max_width=48 if h in ("why it is slow", "fix") else None)
-        for row in sec.rows:
+        for row in sec.rows_with_rules():
             t.add_row(*(escape(str(v)) for v in row))
         console.print(t)
     console.print(f"[dim]estimates; calibration: {escape('; '.join(sec.calibration))}[/]")

@@ -145,7 +145,7 @@ def _add_npu_estimate(wb, result: ScanResult) -> None:
     lines: list[list] = [[s] for s in sec.sentences] + [["calibration: " + "; ".join(sec.calibration)], []]
     lines += [list(FPS_HEADERS)] + [[_number(v) for v in r] for r in sec.fps] + [[]]
     header_rows = {len(lines) - len(sec.fps) - 1 + 1, len(lines) + 2}
-    lines += [list(HEADERS)] + [[r[0], r[1], r[2], float(r[3]), *r[4:]] for r in sec.rows]
+    lines += [list(HEADERS)] + [[r[0], r[1], r[2], float(r[3]), *r[4:]] for r in sec.rows_with_rules()]
     for r, row in enumerate(lines, start=2):
         for c, value in enumerate(row, start=1):
             set_cell(ws.cell(row=r, column=c), value)
