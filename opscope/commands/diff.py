@@ -120,6 +120,18 @@ def _estimate_vs_profile(args, out: Path):
     return comparison
 
 
+def _job_devices(path) -> int | None:
+    """The devices an Ascend export's job ran on (its HCCL group can span ranks that were not exported), for its
+    FPS; None elsewhere (the ranks found)."""
+    from opscope.analysis.npu_compare import world_size
+    from opscope.parsers.ascend import is_ascend_dir, rank_dirs
+    p = Path(path)
+    if not p.is_dir() or not (is_ascend_dir(p) or rank_dirs(p)):
+        return None
+    world, _ = world_size(p)
+    return world if world > 1 else None
+
+
 def run(args) -> int:
     from opscope.analysis.diff import diff_profiles
     from opscope.parsers import load_profiles
@@ -148,7 +160,8 @@ def run(args) -> int:
     if label_a == label_b and not (args.label_a or args.label_b):
         label_a, label_b = f"A ({label_a})", f"B ({label_b})"
     result = diff_profiles(ranks_a, ranks_b, label_a=label_a, label_b=label_b, warmup=args.warmup,
-                           batch_size_a=batch_a, batch_size_b=batch_b, devices_a=args.devices_a, devices_b=args.devices,
+                           batch_size_a=batch_a, batch_size_b=batch_b,
+                           devices_a=args.devices_a or _job_devices(args.a), devices_b=args.devices or _job_devices(args.b),
                            log_a=log_a, log_b=log_b)
     if not args.quiet:
         from opscope.report.diff_terminal import print_diff
