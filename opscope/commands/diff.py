@@ -23,8 +23,8 @@ def register(subparsers) -> None:
                         help="per-device batch size for FPS: one value for both runs, or 'A,B' per run "
                              "(e.g. 8,32); default: read from each run's scan argv (-b/--batch-size) or "
                              "guessed from its first 4-D input (the report says which)")
-    parser.add_argument("--devices", type=int, help="devices of run B for FPS (default: ranks found)")
-    parser.add_argument("--devices-a", type=int, help="devices of run A for FPS (default: ranks found)")
+    parser.add_argument("--devices", type=int, help="devices of run B for FPS (default: an Ascend export's HCCL group, else the ranks found)")
+    parser.add_argument("--devices-a", type=int, help="devices of run A for FPS (default: an Ascend export's HCCL group, else the ranks found)")
     parser.add_argument("--warmup", type=int, help="first K captured steps are warm-up and left out of the "
                                                    "average (default: 1 when the capture starts at step 1)")
     parser.add_argument("--log-a", metavar="FILE", help="run A's console log (for CPU-fallback warnings)")
