@@ -120,6 +120,11 @@ def _int64_index_rule(op, data: dict, aicpu_rules: dict) -> dict | None:
             "fact": entry.get("why", "runs on AI CPU"), "fix": entry.get("fix"), "sources": spec.get("sources") or []}
 
 
+def is_chip_dtype_finding(finding) -> bool:
+    """A dtype the chosen chip cannot run, or runs differently (made here), not a CUDA API."""
+    return str(getattr(finding, "rule", "") or "").startswith("chip-dtype")
+
+
 def chip_dtype_findings(operators, chip: str | None) -> list[Finding]:
     """Findings for the dtypes of ``operators`` on ``chip`` (unknown chip: ``UserError`` listing the known ones)."""
     name, figures = resolve_chip(chip)

@@ -25,6 +25,7 @@ FAKE_BASIS = "fake-tensor storage lifetimes (device tensors only; host-side data
 REAL_BASIS = ("the allocator's events of each captured step from its first forward (real tensors; data made "
               "before that forward, such as the step's batch, not counted)")
 GIB = 2 ** 30
+LAYOUT_NAMES = {"zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "tensor_parallel": "tensor parallel"}
 
 
 def _chips() -> dict:
@@ -84,9 +85,9 @@ def headroom() -> dict:
     runtime = int(float(data.get("runtime_gib") or 0) * GIB)
     hccl = int(float(data.get("hccl_buffsize_mb") or 0) * 2**20 * int(data.get("hccl_buffers_per_communicator") or 0)
                * int(data.get("communicators") or 0))
-    text = (f"{_gib(runtime)} per card for the runtime ({data.get('runtime_source') or 'assumption'}), "
-            f"and on more than one card {_gib(hccl)} of HCCL buffers (2 x HCCL_BUFFSIZE {data.get('hccl_buffsize_mb')} "
-            "MB per communicator, the CANN default)")
+    text = (f"{size_text(runtime)} per card for the runtime ({data.get('runtime_source') or 'assumption'}), "
+            f"and on more than one card {size_text(hccl)} of HCCL buffers ({data.get('hccl_buffers_per_communicator')} x "
+            f"HCCL_BUFFSIZE {data.get('hccl_buffsize_mb')} MB per communicator, the CANN default)")
     return {"runtime_bytes": runtime, "hccl_bytes": hccl, "assumption": text}
 
 
@@ -115,10 +116,6 @@ def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
 
 def size_text(n: float) -> str:
     """``20.8 GiB`` / ``9.5 MiB``."""
-    return _gib(n)
-
-
-def _gib(n: float) -> str:
     return f"{n / GIB:,.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:,.1f} MiB"
 
 
@@ -131,8 +128,8 @@ def one_line(fit: dict) -> str:
         if node or fit.get("peak_module") or fit.get("peak_where") else ""
     verdict = "fits" if fit["fits_one_card"] else "does NOT fit"
     hbm = fit.get("hbm_bytes")
-    card = (f"one {_gib(hbm)} {fit['chip']} card ({_gib(fit['capacity_bytes'])} usable)" if hbm
-            else f"one {_gib(fit['capacity_bytes'])} {fit['chip']} card")
+    card = (f"one {size_text(hbm)} {fit['chip']} card ({size_text(fit['capacity_bytes'])} usable)" if hbm
+            else f"one {size_text(fit['capacity_bytes'])} {fit['chip']} card")
     cards = fit["cards"]
 
     floor = {"zero1": parts["parameters"] + parts["gradients"] + parts["activations"],
@@ -143,14 +140,13 @@ def one_line(fit: dict) -> str:
         if c:
             return str(c)
         if layout in floor and floor[layout] > fit["capacity_bytes"]:   # the unsharded part alone is too big
-            return f"never ({_gib(floor[layout])} unsharded per card)"
+            return f"never ({size_text(floor[layout])} unsharded per card)"
         return f"more than {cards[layout].get('largest', 'the largest count')}"
 
-    return (f"memory: peak {_gib(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
-            f"{_gib(parts['parameters'])} + grads {_gib(parts['gradients'])} + optimizer state "
-            f"{_gib(parts['optimizer_state'])} + activations {_gib(parts['activations'])}; {verdict} "
-            f"{card}; cards needed: ZeRO-1 {n('zero1')}, ZeRO-2 "
-            f"{n('zero2')}, ZeRO-3 {n('zero3')}, tensor parallel {n('tensor_parallel')}")
+    return (f"memory: peak {size_text(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
+            f"{size_text(parts['parameters'])} + grads {size_text(parts['gradients'])} + optimizer state "
+            f"{size_text(parts['optimizer_state'])} + activations {size_text(parts['activations'])}; {verdict} "
+            f"{card}; cards needed: " + ", ".join(f"{name} {n(key)}" for key, name in LAYOUT_NAMES.items()))
 
 
 def basis_text(fit: dict) -> str:

@@ -41,12 +41,7 @@ def weigh_by_npu(result) -> None:
     """Set each operator's NPU weight from ``result.npu_estimate`` and recompute the readiness summary on it
     (after the estimate exists, and again when ``opscope report --chip`` re-prices it for another chip).
     What the summary holds besides the score and shares (precision, why no score) is kept."""
-    from opscope.analysis.verdicts import readiness_summary
-    from opscope.model import ScanSummary
+    from opscope.analysis.verdicts import refreshed_summary
     if not assign_npu_times(result.operators, result.npu_estimate) or result.summary.is_empty():
         return
-    old = result.summary.to_dict()
-    merged = {**old, **readiness_summary(result)}
-    if old.get("readiness_score") is None and old.get("score_unavailable"):   # nothing measured: still no score
-        merged["readiness_score"] = None
-    result.summary = ScanSummary.from_dict(merged, "$.summary")
+    result.summary = refreshed_summary(result, result.summary.to_dict())

@@ -315,11 +315,11 @@ def retarget(result: ScanResult, target: str) -> None:
     version = resolve_target(target)   # an unknown release is a one-line error naming the known ones
     old = result.summary.to_dict()
     uses_device = any(op.on_device for op in result.operators)
-    result.findings = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
+    from opscope.analysis.chip_dtypes import is_chip_dtype_finding
+    result.findings = [f for f in result.findings if not is_chip_dtype_finding(f)]
     _add_verdicts(result, version, uses_device, result.settings.chip)
-    result.summary = ScanSummary.from_dict({**old, **result.summary.to_dict(),
-                                           **({"readiness_score": None} if old.get("score_unavailable") else {})},
-                                          "$.summary")
+    from opscope.analysis.verdicts import refreshed_summary
+    result.summary = refreshed_summary(result, old)
     result.settings.target = version
     if isinstance(result.npu_estimate, dict) and isinstance(result.npu_estimate.get("basis"), dict):
         _rebuild_basis(result)

@@ -322,6 +322,16 @@ def op_time_basis(operators) -> tuple[bool, Callable[[Any], float]]:
     return steady, op_time
 
 
+def refreshed_summary(result, old: dict) -> ScanSummary:
+    """The readiness summary computed again (new verdicts or weights) over the stored one ``old``: what it holds
+    besides the score and shares (precision, why there is no score) is kept, and a scan that measured nothing
+    still has no score."""
+    merged = {**old, **readiness_summary(result)}
+    if old.get("readiness_score") is None and old.get("score_unavailable"):
+        merged["readiness_score"] = None
+    return ScanSummary.from_dict(merged, "$.summary")
+
+
 def readiness_summary(result) -> dict:
     """Counts, time shares and a 0-100 readiness score for a ScanResult with verdicts set.
 

@@ -18,9 +18,8 @@ The step's allocations are summed from its first forward (``opscope.memory#forwa
 the script allocates before it (its set-up in the first step, the step's batch) is host
 data, as ``--mode fake`` counts it too.
 
-Host-side tensors the script keeps (a dataset held in memory, a DataLoader's batches before
-they are moved) are allocations too; on the CPU they cannot be told from device ones.
-The first-order part of that is the batch of the step, which the device holds too.
+Tensors made before the first forward and kept through the step without a free (an EMA copy
+of the model, DDP's gradient buckets) are not seen on the CPU; fake mode counts them.
 """
 from __future__ import annotations
 
@@ -201,10 +200,10 @@ def step_peak(step: int, state: dict, memory: list, marks: list, ranges: list) -
             low = min(low, uncounted)
             timeline.append((ns, running))
         older = -low                          # older tensors freed in the step: live until then
-        peak, at = base + older, None
+        peak, at, at_value = base + older, None, 0
         for ns, value in timeline:
             if base + older + value > peak:
-                peak, at = base + older + value, ns
+                peak, at, at_value = base + older + value, ns, value
         freed_grads = -sum(n for ns, n, grad_free in events if grad_free and (at is None or ns <= at))
         opt_start = max((s for s, e, name in ranges if name.startswith(OPTIMIZER_RANGES) and at is not None
                          and s <= at <= e), default=None)
@@ -212,8 +211,7 @@ def step_peak(step: int, state: dict, memory: list, marks: list, ranges: list) -
             state_at_peak = old_state
         else:   # a peak inside the update: what the update allocated is its state and temporaries (fake mode's classes)
             before = next((v for ns, v in reversed(timeline) if ns < opt_start), 0)
-            at_peak = next(v for ns, v in timeline if ns == at)
-            state_at_peak = old_state + max(0, at_peak - before)
+            state_at_peak = old_state + max(0, at_value - before)
     new_grads = sum(int(text[5:]) for ns, text in marks if text.startswith("grad=") and (at is None or ns <= at))
     grads = max(0, old_grads - freed_grads) + new_grads
     breakdown = {"parameters": params, "gradients": grads, "optimizer_state": state_at_peak}

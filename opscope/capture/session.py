@@ -171,10 +171,9 @@ class CaptureSession:
         self.tracker.__enter__()
         if self.track_memory:
             from opscope.capture.device_memory import DeviceMemory, quiet_allocator_notice
-            cuda = self.remapper is None and torch.cuda.is_available()
-            if not cuda:
+            if not self._real_gpu():
                 quiet_allocator_notice(_TORCH_PROFILE)
-            self.device_memory = DeviceMemory(self.mark, cuda=cuda)
+            self.device_memory = DeviceMemory(self.mark, cuda=self._real_gpu())
         self._start_profiler()
         self._watch_memory()
 
@@ -185,7 +184,7 @@ class CaptureSession:
         # torch.autograd.profiler directly: torch.profiler.profile's start probes
         # `torch._inductor`, which imports dynamo/inductor (~1.5 s) on first use.  The class taken when this
         # module was imported: the script's gets a stand-in (user_profiler.py).
-        use_device = "cuda" if (self.remapper is None and torch.cuda.is_available()) else None
+        use_device = "cuda" if self._real_gpu() else None
         # the memory fit reads the first MEMORY_STEPS steps (the optimizer's lazy state and two steady steps):
         # a step's peak repeats after that, and its allocator events cost every later step time
         measure = self.device_memory is not None and self.step_index < MEMORY_STEPS
@@ -591,6 +590,11 @@ class CaptureSession:
         is the parameter update."""
         if self.prof is not None and self.module_depth == 0:
             self._open_range("_update_rf", "opscope.optimizer")
+
+    def _real_gpu(self) -> bool:
+        """The script runs on a real GPU (not the CPU stand-in): the profiler records its kernels, and its
+        allocator keeps statistics."""
+        return self.remapper is None and torch.cuda.is_available()
 
     def mark(self, name: str) -> None:
         """A zero-length profiler annotation ``name`` in the step being recorded."""

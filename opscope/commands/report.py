@@ -33,12 +33,12 @@ def register(subparsers) -> None:
 def _for_chip(result, chip_name: str) -> None:
     """What depends on the chip besides the estimate, judged again for ``--chip``: the dtype findings (bf16 on a
     910A ...) and the memory fit (the same parts against that chip's HBM)."""
-    from opscope.analysis.chip_dtypes import chip_dtype_findings
+    from opscope.analysis.chip_dtypes import chip_dtype_findings, is_chip_dtype_finding
     from opscope.analysis.findings import merge_findings
     from opscope.analysis.memory_fit import for_chip
     from opscope.analysis.npu_cost import resolve_chip
     name = resolve_chip(chip_name)[0]
-    kept = [f for f in result.findings if not str(f.rule or "").startswith("chip-dtype")]
+    kept = [f for f in result.findings if not is_chip_dtype_finding(f)]
     result.findings = merge_findings(kept, chip_dtype_findings(result.operators, name))
     if result.memory_fit:
         result.memory_fit = for_chip(result.memory_fit, name)

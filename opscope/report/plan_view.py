@@ -74,22 +74,22 @@ def chip_line(result) -> str | None:
     chip = fit.get("chip") or est.get("chip") or result.settings.chip
     if not chip:
         return None
-    dtype = [f for f in result.findings if str(f.rule or "").startswith("chip-dtype")]
+    from opscope.analysis.chip_dtypes import is_chip_dtype_finding
+    dtype = [f for f in result.findings if is_chip_dtype_finding(f)]
     errors = sum(1 for f in dtype if f.severity == "error")
     parts = [f"Chip {chip}: "
              + (f"{len(dtype)} dtype finding(s) ({errors} blocking), listed under what to change"
                 if dtype else "no dtype the chip cannot run natively")]
     if fit:
-        from opscope.analysis.memory_fit import size_text
+        from opscope.analysis.memory_fit import LAYOUT_NAMES, size_text
         peak, usable = size_text(fit["peak_bytes"]), size_text(fit["capacity_bytes"])
         if fit["fits_one_card"]:
             parts.append(f"the step's peak {peak} fits one card ({usable} usable)")
         else:
             cards = {k: v.get("cards") for k, v in (fit.get("cards") or {}).items()}
             fewest = min(((n, k) for k, n in cards.items() if n), default=None)
-            layout = {"zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "tensor_parallel": "tensor parallel"}
             parts.append(f"the step's peak {peak} does NOT fit one card ({usable} usable)"
-                         + (f": {fewest[0]} cards with {layout.get(fewest[1], fewest[1])}" if fewest else ""))
+                         + (f": {fewest[0]} cards with {LAYOUT_NAMES.get(fewest[1], fewest[1])}" if fewest else ""))
     else:
         parts.append("memory fit not measured")
     return "; ".join(parts) + "."
