@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from opscope.analysis.npu_cost import kernel_from_row, resolve_chip
+from opscope.analysis.npu_cost import profile_kernels, resolve_chip
 from opscope.parsers.ascend_kernels import read_kernel_details
 
 # which chip each calibration run used: its cube Block Dim (24 / 20 AI cores) names it
@@ -49,8 +49,8 @@ def main() -> None:
     per_type: dict[str, list] = defaultdict(list)
     for run, (rel, chip_name) in RUNS.items():
         _, chip = resolve_chip(chip_name)
-        for row in read_kernel_details(Path(args.shared) / rel / "kernel_details.csv"):
-            kernel = kernel_from_row(row)
+        rows = read_kernel_details(Path(args.shared) / rel / "kernel_details.csv")
+        for row, kernel in zip(rows, profile_kernels(rows), strict=True):
             per_type[row.type].append((run, chip, kernel, row.duration_us))
     print(f"{'type':28} {'unit':6} {'n':>4} {'floor':>6} {'figure':>12}  runs")
     for ktype, items in sorted(per_type.items(), key=lambda kv: -sum(i[3] for i in kv[1])):

@@ -117,13 +117,13 @@ def profile_csv(shared: Path, key: str) -> Path:
 
 def fit_samples(shared: Path) -> dict[str, list]:
     """Per kernel type: (profile, chip figures, Kernel, measured us) of every launch of the fitted profiles."""
-    from opscope.analysis.npu_cost import FITTED_PROFILES, kernel_from_row, resolve_chip
+    from opscope.analysis.npu_cost import FITTED_PROFILES, profile_kernels, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     per_type: dict[str, list] = defaultdict(list)
     for key, fig in FITTED_PROFILES.items():
         _, chip = resolve_chip(fig["chip"])
-        for row in read_kernel_details(profile_csv(shared, key)):
-            kernel = kernel_from_row(row)
+        rows = read_kernel_details(profile_csv(shared, key))
+        for row, kernel in zip(rows, profile_kernels(rows), strict=True):
             if kernel.unit != "comm" and row.duration_us > 0:
                 per_type[row.type].append((key, chip, kernel, row.duration_us))
     return per_type
@@ -237,12 +237,12 @@ def cost_model_as(model: dict):
 
 def kernel_check(csv_path: Path, chip_name: str) -> dict:
     """Every kernel of a kernel_details.csv predicted from its type, shapes and dtypes."""
-    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, log2_ratio, resolve_chip
+    from opscope.analysis.npu_cost import kernel_time_us, log2_ratio, profile_kernels, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     _, chip = resolve_chip(chip_name)
     logs, within, total, worst = [], 0.0, 0.0, Counter()
-    for row in read_kernel_details(csv_path):
-        kernel = kernel_from_row(row)
+    rows = read_kernel_details(csv_path)
+    for row, kernel in zip(rows, profile_kernels(rows), strict=True):
         if kernel.unit == "comm" or row.duration_us <= 0:
             continue
         ratio = log2_ratio(kernel_time_us(kernel, chip), row.duration_us)

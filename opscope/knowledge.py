@@ -39,7 +39,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "floors": dict, "aicpu": dict, "host": dict, "kernels": dict, "aten": dict,
                             "views": list, "transdata": dict, "aicpu_rules": dict, "alignment": dict, "fused_patterns": list,
                             "optimizers": dict, "families": dict,
-                            "communication": dict, "calibration": dict},
+                            "communication": dict, "calibration": dict, "l2": dict},
     "third_party.yaml": {"sources": dict, "fallback_rule": dict, "libraries": dict},
     "release_pairs.yaml": {"sources": dict, "branch_cann": dict, "lines": dict, "releases": dict, "companions": dict,
                            "incompatibilities": list},

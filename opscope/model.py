@@ -137,6 +137,8 @@ class OpCall(_Record):
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
     #                        "# of Calls", a scan operator's share of a step); times are summed
+    repeats: int = 0       # of ``count``, those that re-ran the call just before them on the same tensors'
+    #                        shapes (back to back at the top level, or inside such a call: a loop over one op)
     library: str | None = None
 
     def signature(self, frozen: dict | None = None) -> tuple:

@@ -617,3 +617,94 @@ def test_conv_format_conversions_are_priced_each_call_on_910b_and_persist_on_910
     # a basis stored before the rule was named is priced as it was (conversions on every chip)
     old = {**basis, "rows": [{k: v for k, v in r.items() if k != "transdata_rule"} for r in basis["rows"]]}
     assert price(old, "910A")["step"]["transdata_kernels"] > a["step"]["transdata_kernels"]
+
+
+# --- issue #33 class 6: a vector kernel re-run on tensors within L2 reads them from there ---
+
+def test_a_vector_kernel_re_run_on_tensors_that_fit_l2_reads_them_from_l2():
+    from opscope.analysis.npu_cost import Kernel, kernel_time_us, pricing_rule, resolve_chip
+    _, b2 = resolve_chip("910B2")
+    _, a910 = resolve_chip("910A")
+    mb24 = 3 * 2 ** 23   # x + y read, the sum written: 8 MiB each, 24 MiB in all (the L2 is 192 MiB)
+    cold = Kernel("Add", "vector", bytes=mb24, written=mb24 / 3)
+    warm = Kernel("Add", "vector", bytes=mb24, written=mb24 / 3, warm=1.0)
+    ratio = kernel_time_us(cold, b2) / kernel_time_us(warm, b2)
+    # reads at l2_read_rate / ddr_rate = 3.44x, writes at the kernel's own rate: about 1.8x for an Add
+    assert 1.6 < ratio < 2.1, ratio
+    assert "L2: reads at 3.44x" in pricing_rule(warm, b2) and "L2" not in pricing_rule(cold, b2)
+    big = Kernel("Add", "vector", bytes=300 * 2 ** 20, written=100 * 2 ** 20, warm=1.0)
+    assert kernel_time_us(big, b2) == kernel_time_us(Kernel("Add", "vector", bytes=big.bytes, written=big.written),
+                                                     b2)   # larger than the L2: streamed from HBM
+    assert kernel_time_us(warm, a910) == kernel_time_us(cold, a910)   # no public L2 figure for the 910
+    half = Kernel("Add", "vector", bytes=mb24, written=mb24 / 3, warm=0.5)
+    assert kernel_time_us(half, b2) == pytest.approx((kernel_time_us(cold, b2) + kernel_time_us(warm, b2)) / 2)
+
+
+def test_every_910b_chip_has_its_l2_size_with_a_source():
+    from opscope.analysis.npu_cost import chips, cost_model
+    data = chips()
+    for name, figures in data["chips"].items():
+        if figures["family"] == "910B":
+            assert figures["l2_mib"] in (96, 192), name
+    assert "l2_size" in data["sources"]["cann_l2"]
+    assert "l2_read_rate=110" in cost_model()["l2"]["source"]
+
+
+def _call(name, shapes, parent=None, phase="forward", source="bench.py:9", step=2, count=1, repeats=0):
+    from opscope.model import OpCall
+    return OpCall(name=name, input_shapes=shapes, dtypes=["float"] * len(shapes), phase=phase, parent=parent,
+                  source=source, step=step, count=count, repeats=repeats)
+
+
+def test_capture_counts_calls_that_re_ran_the_call_before_them():
+    from opscope.capture.events import compact_calls
+    x = [4, 512, 1024]
+    shared: dict = {}
+    calls = compact_calls([_call("aten::layer_norm", [x]), _call("aten::native_layer_norm", [x], "aten::layer_norm"),
+                           _call("aten::layer_norm", [x]), _call("aten::native_layer_norm", [x], "aten::layer_norm"),
+                           _call("aten::relu", [x], source="bench.py:10"),
+                           _call("aten::layer_norm", [x])], shared)
+    by_name = {c.name: c for c in calls}
+    assert (by_name["aten::layer_norm"].count, by_name["aten::layer_norm"].repeats) == (3, 1)
+    assert (by_name["aten::native_layer_norm"].count, by_name["aten::native_layer_norm"].repeats) == (2, 1)
+    assert by_name["aten::relu"].repeats == 0
+    # a step of one call re-runs the last call of the step before it (a benchmark loop, one call per step)
+    later = compact_calls([_call("aten::layer_norm", [x], step=3)], shared)
+    assert later[0].repeats == 1
+
+
+def test_only_forward_repeats_are_priced_from_l2():
+    from opscope.analysis.npu_estimate import build_basis, price
+    x = [4, 512, 1024]
+    ops = [_op("aten::add", [x, x], calls=10), _op("aten::add_", [x, x], phase="optimizer", calls=10)]
+    calls = [_call("aten::add", [x, x], count=10, repeats=9),
+             _call("aten::add_", [x, x], phase="optimizer", count=10, repeats=9)]
+    basis = build_basis(ops, [Step(index=1), Step(index=2)], calls)
+    warm = {r["name"]: r["kernels"][0].get("warm", 0.0) for r in basis["rows"]}
+    assert warm == {"aten::add": 0.9, "aten::add_": 0.0}
+    rows = {r["operator"]: r for r in price(basis, "910B2")["rows"] if r["kind"] == "operator"}
+    assert "90% of launches re-run on tensors in the 192 MiB L2" in rows["aten::add"]["priced_by"]
+
+
+def test_profile_kernels_mark_a_kernel_that_repeats_the_one_before():
+    from opscope.analysis.npu_cost import profile_kernels
+    from opscope.parsers.ascend_kernels import KernelRow
+
+    def row(kind, shape):
+        return KernelRow(name=kind, type=kind, core="AI_VECTOR_CORE", duration_us=10.0, input_shapes=[shape, shape],
+                         input_dtypes=["FLOAT", "FLOAT"], output_shapes=[shape], output_dtypes=["FLOAT"])
+    kernels = profile_kernels([row("Add", [1024, 1024]), row("Add", [1024, 1024]), row("Mul", [1024, 1024]),
+                               row("Add", [1024, 1024])])
+    assert [k.warm for k in kernels] == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_a_per_operator_benchmark_script_is_priced_from_l2_and_a_training_step_is_not(tmp_path, cnn_scan):
+    out = tmp_path / "bench"
+    proc = run_opscope("scan", SCRIPTS / "op_benchmark.py", "--steps", "6", "--step-marker", "module", "--out", out,
+                       "--format", "json", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    add = next(r for r in load_scan(out)["npu_estimate"]["rows"] if r["operator"].startswith("aten::add"))
+    assert "100% of launches re-run on tensors in the 192 MiB L2" in add["priced_by"], add
+    assert add["npu_time_us"] < 0.6 * (1 + 3 * 2 ** 23 / 793e3), add   # below the HBM-rate price of 25.2 MB
+    warm = [k for r in load_scan(cnn_scan)["npu_estimate"]["basis"]["rows"] for k in r["kernels"] if k.get("warm")]
+    assert warm == []

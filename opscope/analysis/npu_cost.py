@@ -26,6 +26,7 @@ class Kernel:
     count: float = 1.0
     inserted: bool = False      # TransData/Cast the NPU adds, not the script
     written: float = 0.0        # of ``bytes``, those written (cube kernels write faster than they stream in)
+    warm: float = 0.0           # share of launches re-run on the tensors the launch before touched (``l2_share``)
     note: str = ""
     shapes: list = field(default_factory=list)
 
@@ -159,10 +160,33 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
         one = float(aicpu.get("floor_us", 30)) + kernel.bytes / (float(aicpu.get("gbps", 1.0)) * 1e9) * 1e6
     else:
         gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
-        one = floor + kernel.bytes / (gbps * hbm / ref_hbm * 1e9) * 1e6
+        rate = gbps * hbm / ref_hbm * 1e9
+        read = kernel.bytes - min(kernel.written, kernel.bytes)
+        share, speedup = l2_share(kernel, chip)
+        one = floor + (kernel.bytes - share * read * (1.0 - 1.0 / speedup)) / rate * 1e6
     if factors:
         one *= float(factors.get(unit, 1.0))
     return one * kernel.count
+
+
+def l2_share(kernel: Kernel, chip: dict) -> tuple[float, float]:
+    """(share of launches whose reads come from L2, the L2 read speedup): a vector kernel re-run on the
+    tensors the launch before touched (``kernel.warm``) whose bytes fit the chip's L2 (npu_cost_model.yaml
+    ``l2``); (0, 1) on a chip with no L2 figure or for a kernel larger than its L2."""
+    l2_mib = float(chip.get("l2_mib") or 0)
+    speedup = float((cost_model().get("l2") or {}).get("read_speedup", 1.0))
+    if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not l2_mib or kernel.bytes > l2_mib * 2 ** 20 or speedup <= 1.0:
+        return 0.0, 1.0
+    return min(kernel.warm, 1.0), speedup
+
+
+def mark_repeats(kernels: list[Kernel]) -> list[Kernel]:
+    """Profile kernels in launch order: each that repeats the one before (same type, shapes and bytes: the
+    same operator re-run, as a loop over it does) is ``warm`` (its inputs are in L2 when they fit)."""
+    for before, kernel in zip(kernels, kernels[1:], strict=False):
+        if (kernel.type, kernel.bytes, str(kernel.shapes)) == (before.type, before.bytes, str(before.shapes)):
+            kernel.warm = 1.0
+    return kernels
 
 
 def pricing_rule(kernel: Kernel, chip: dict) -> str:
@@ -180,8 +204,11 @@ def pricing_rule(kernel: Kernel, chip: dict) -> str:
         return f"{kernel.type}: AI CPU {kernel.bytes / 1e6:,.2f} MB at {aicpu.get('gbps', 1.0)} GB/s + {aicpu.get('floor_us', 30)} us"
     gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
     own = "" if kernel.type in (model.get("kernels") or {}) else " (the default vector rate: no entry of its own)"
+    share, speedup = l2_share(kernel, chip)
+    l2 = (f"; {share:.0%} of launches re-run on tensors in the {chip.get('l2_mib'):g} MiB L2: reads at {speedup:g}x"
+          if share else "")
     return (f"{kernel.type}: vector {kernel.bytes / 1e6:,.2f} MB at {gbps * hbm / ref_hbm:,.0f} GB/s{own} "
-            f"+ {floor:g} us")
+            f"+ {floor:g} us{l2}")
 
 
 def unit_of(kernel_type: str, core: str = "") -> str:
@@ -241,6 +268,11 @@ def kernel_from_row(row) -> Kernel:
                   shapes=row.input_shapes, written=tensor_bytes(row.output_shapes, row.output_dtypes))
 
 
+def profile_kernels(rows) -> list[Kernel]:
+    """The Kernels of a profile's ``KernelRow``s in launch order (kernel_details.csv's), repeats marked."""
+    return mark_repeats([kernel_from_row(row) for row in rows])
+
+
 def unaligned_inner_axes(shapes) -> bool:
     """The advisor's cube affinity check on ND operands: both inner (last) axes % 256 == 0."""
     multiple = int((cost_model().get("alignment") or {}).get("matmul", {}).get("multiple", 256))
@@ -264,8 +296,8 @@ def fit_calibration(kernel_csvs, chip_name: str | None) -> dict:
     name, chip = resolve_chip(chip_name)
     pairs: dict[str, list] = {}
     for path in kernel_csvs:
-        for row in read_kernel_details(path):
-            kernel = kernel_from_row(row)
+        rows = read_kernel_details(path)
+        for row, kernel in zip(rows, profile_kernels(rows), strict=True):
             if kernel.unit == "comm" or row.duration_us <= 0:
                 continue
             pairs.setdefault(kernel.unit, []).append((kernel_time_us(kernel, chip), row.duration_us))

@@ -236,10 +236,37 @@ def _build_basis(operators, steps, calls=None) -> dict:
             else _per_step(op, steady)
         if per_step:
             rows.append(_basis_row(op, per_step, model, dynamic_shapes, foreach_launches))
+    _mark_repeats(rows, [c for c in calls if c.name in wanted] if calls else [], steady)
     patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
     _mark_unfused(rows, patterns)
     return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
             "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
+
+
+_REPEAT_PHASES = ("forward", "eval")
+
+
+def _mark_repeats(rows: list[dict], calls, steady: set[int]) -> None:
+    """Each signature's share of steady calls that re-ran the call before them (``OpCall.repeats``: a loop over
+    one operator) goes on its vector kernels as ``warm``: priced from L2 on a chip whose L2 holds them.  Forward
+    and eval calls only: back-to-back equal calls of a backward (one per gate) or an optimizer (one per
+    parameter of a shape) work on other tensors each time."""
+    ran: dict[tuple, list[int]] = {}
+    for c in calls:
+        if c.step in steady and c.repeats and c.phase in _REPEAT_PHASES:
+            ran.setdefault(_key(c.name, c.input_shapes, c.dtypes), [0, 0])[0] += c.repeats
+    if not ran:
+        return
+    for c in calls:
+        key = _key(c.name, c.input_shapes, c.dtypes)
+        if c.step in steady and key in ran:
+            ran[key][1] += max(int(c.count or 1), 1)
+    for row in rows:
+        repeats, total = ran.get(_key(row["name"], row["input_shapes"], row["dtypes"]), (0, 0))
+        if repeats and total:
+            for kernel in row["kernels"]:
+                if kernel.get("unit") == "vector":
+                    kernel["warm"] = round(min(repeats / total, 1.0), 3)
 
 
 _LIST_KINDS = {"TensorList": "T", "Scalar": "S", "ScalarList": "S"}

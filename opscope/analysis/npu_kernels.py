@@ -202,10 +202,12 @@ def _model_pool_backward(op, names) -> list[Kernel]:
 def model_elementwise(op, names) -> list[Kernel]:
     tensors = op_tensors(op)
     moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
+    written = 0.0
     if tensors:   # the output: the biggest input's size
         shape, dtype = max(tensors, key=lambda t: numel(t[0]))
-        moved += numel(shape) * dtype_bytes(dtype)
-    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op)) for n in names]
+        written = numel(shape) * dtype_bytes(dtype)
+        moved += written
+    return [Kernel(n, "vector", 0.0, moved, _float_dtype(op), written=written) for n in names]
 
 
 def _model_reduce(op, names) -> list[Kernel]:

@@ -165,6 +165,9 @@ def _fold_key(c: OpCall, flat, children: tuple, origins: tuple) -> tuple:
                                      origins, c.library)
 
 
+_LAST_TOP = ("compact_calls", "last top-level call")
+
+
 def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
     """Fold identical calls of one step into one record with ``count`` and summed times.
 
@@ -177,6 +180,9 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     """
     folded: dict[tuple, OpCall] = {}
     shared = {} if shared is None else shared
+    # the last top-level call (kept in ``shared`` across steps: a step of one call in a loop re-runs the last
+    # step's), and whether the current one re-ran it
+    top_key, repeating = shared.get(_LAST_TOP), False
     for c in calls:
         # two levels (a list of dimension lists) cover nearly every call; a deeper list (a TensorList's
         # shapes) is left unhashable by them, and then the whole value is frozen
@@ -187,8 +193,13 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
         except TypeError:
             shapes, dtypes, scalars, key = _fold_key(c, freeze, children, origins)
             kept = folded.get(key)
+        if c.parent is None:   # calls come parent first (by start): what follows a top-level call is inside it
+            repeating, top_key = key == top_key, key
+        if repeating:
+            c.repeats = c.count
         if kept is not None:
             kept.count += c.count
+            kept.repeats += c.repeats
             kept.self_time_us += c.self_time_us
             kept.total_time_us += c.total_time_us
             kept.device_time_us += c.device_time_us
@@ -205,4 +216,5 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
             if value is not None:
                 setattr(c, name, shared.setdefault(value, value))
         c.seq_nr, c.start_us = -1, 0.0   # only needed while nesting this step's events
+    shared[_LAST_TOP] = top_key
     return list(folded.values())
