@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from opscope.analysis.npu_cost import profile_kernels, resolve_chip
+from opscope.analysis.npu_cost import cube_run, profile_kernels, resolve_chip
 from opscope.parsers.ascend_kernels import read_kernel_details
 
 # which chip each calibration run used: its cube Block Dim (24 / 20 AI cores) names it
@@ -63,9 +63,9 @@ def main() -> None:
             floor = 12.0 if unit == "cube" else 20.0
             by_run = {}
             for run, chip, k, dur in items:
-                peak = chip["cube_tflops"][{"float32": "fp32", "bfloat16": "bf16"}.get(k.dtype, "fp16")] * 1e12
+                run_dtype, peak, _ = cube_run(k, chip)   # the dtype it ran in: fp32 convs run in HF32 on a 910B
                 if k.flops and dur > floor:
-                    by_run.setdefault(run, []).append(k.flops / peak / ((dur - floor) * 1e-6))
+                    by_run.setdefault(f"{run} {run_dtype}", []).append(k.flops / (peak * 1e12) / ((dur - floor) * 1e-6))
             figure = " ".join(f"{r}:{statistics.median(v):.3f}" for r, v in sorted(by_run.items()))
         elif len(items) >= 3 and any(k.bytes for _, _, k, _ in items):
             floor, gbps = fit_vector(items)

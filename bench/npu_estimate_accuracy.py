@@ -145,13 +145,16 @@ def _vector_figures(items) -> dict:
 
 
 def _efficiencies(items, unit: str) -> dict[str, float]:
-    """Median achieved fraction of the cube peak per efficiency key (fp32, else `default`)."""
+    """Median achieved fraction of the cube peak of the dtype each kernel ran in (``cube_run``) per efficiency
+    key (fp32 or hf32, else `default`)."""
+    from opscope.analysis.npu_cost import cube_run
     floor = 12.0 if unit == "cube" else 20.0
     by_key: dict[str, list] = defaultdict(list)
     for _, chip, k, dur in items:
-        peak = chip["cube_tflops"][{"float32": "fp32", "bfloat16": "bf16"}.get(k.dtype, "fp16")] * 1e12
+        run, peak, _ = cube_run(k, chip)
         if k.flops and dur > floor:
-            by_key["fp32" if k.dtype == "float32" else "default"].append(k.flops / peak / ((dur - floor) * 1e-6))
+            by_key[run if run in ("fp32", "hf32") else "default"].append(k.flops / (peak * 1e12)
+                                                                           / ((dur - floor) * 1e-6))
     return {key: round(statistics.median(v), 3) for key, v in by_key.items()}
 
 

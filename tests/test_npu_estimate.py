@@ -708,3 +708,40 @@ def test_a_per_operator_benchmark_script_is_priced_from_l2_and_a_training_step_i
     assert add["npu_time_us"] < 0.6 * (1 + 3 * 2 ** 23 / 793e3), add   # below the HBM-rate price of 25.2 MB
     warm = [k for r in load_scan(cnn_scan)["npu_estimate"]["basis"]["rows"] for k in r["kernels"] if k.get("warm")]
     assert warm == []
+
+
+def test_batch_norm_and_dropout_kernels_move_what_their_prototypes_read_and_write():
+    """A two-kernel batch norm reads and writes the activation 3 times forward (BNTrainingReduce reads x;
+    BNTrainingUpdate reads x, writes y) and 5 times backward (BNTrainingUpdateGrad reads dy and x;
+    BNTrainingReduceGrad reads dy and x, writes dx), not 4 and 6; dropout's mask is one bit per element."""
+    from opscope.analysis.npu_estimate import build_basis
+    x = [64, 256, 56, 56]
+    size = math.prod(x) * 4
+    forward = _op("aten::native_batch_norm", [x, [256], [256], [256], [256], [], [], []],
+                  ["float"] * 5 + ["Scalar"] * 3)
+    backward = _op("aten::native_batch_norm_backward", [x, x, [256], [256], [256], [256], [256], [], [], []],
+                   ["float"] * 7 + ["Scalar", "Scalar", "ScalarList"], phase="backward")
+    dropout = _op("aten::native_dropout", [x, [], []], ["float", "Scalar", "Scalar"])
+    rows = {r["name"]: r["kernels"] for r in build_basis([forward, backward, dropout],
+                                                         [Step(index=1), Step(index=2)])["rows"]}
+    assert [(k["type"], k["bytes"] / size) for k in rows["aten::native_batch_norm"]] == \
+        [("BNTrainingReduce", 1.0), ("BNTrainingUpdate", 2.0)]
+    assert [(k["type"], k["bytes"] / size) for k in rows["aten::native_batch_norm_backward"]] == \
+        [("BNTrainingUpdateGrad", 2.0), ("BNTrainingReduceGrad", 3.0)]
+    gen, do_mask = rows["aten::native_dropout"]
+    assert gen["bytes"] == math.prod(x) / 8 and do_mask["bytes"] == 2 * size + math.prod(x) / 8
+
+
+def test_fp32_cube_kernels_run_in_the_dtype_the_chip_defaults_to():
+    """fp32 convolutions run in HF32 on a 910B (conv.allow_hf32 defaults True) and fp32 matmuls in fp32;
+    on a 910A both run in fp16 (allow_fp32_to_fp16): priced at that dtype's peak."""
+    from opscope.analysis.npu_cost import Kernel, cube_run, kernel_time_us, pricing_rule, resolve_chip
+    _, b2 = resolve_chip("910B2")
+    _, a910 = resolve_chip("910A")
+    conv = Kernel("Conv2D", "cube", flops=50e9, bytes=1e6, dtype="float32")
+    mm = Kernel("MatMulV2", "cube", flops=50e9, bytes=1e6, dtype="float32")
+    assert cube_run(conv, b2)[:2] == ("hf32", 176.9) and cube_run(mm, b2)[:2] == ("fp32", 88.5)
+    assert cube_run(conv, a910)[:2] == ("fp16", 256.0) and cube_run(mm, a910)[:2] == ("fp16", 256.0)
+    half = Kernel("Conv2D", "cube", flops=50e9, bytes=1e6, dtype="float16")
+    assert kernel_time_us(conv, a910) == kernel_time_us(half, a910)
+    assert "fp16 (the chip's default for fp32) 256 TFLOPS" in pricing_rule(conv, a910)

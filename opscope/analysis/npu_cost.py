@@ -131,6 +131,31 @@ def _pricing_inputs(kernel: Kernel, chip: dict) -> tuple[dict, dict, str, float,
     return model, params, unit, ref_hbm, hbm, floor
 
 
+_CUBE_KEYS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def cube_run(kernel: Kernel, chip: dict, params: dict | None = None) -> tuple[str, float, float]:
+    """(the dtype the cube computes ``kernel`` in on ``chip``, that dtype's peak TFLOPS, the kernel type's
+    efficiency at it).  An fp32 matmul or convolution runs as the chip family's default makes it
+    (npu_chips.yaml ``families``): fp16 on a 910A (``fp32_cube_runs_as``: allow_fp32_to_fp16), HF32 for
+    convolutions on a 910B (``hf32_defaults``), fp32 otherwise."""
+    params = kernel_params(kernel.type) if params is None else params
+    key = _CUBE_KEYS.get(dtype_name(kernel.dtype), "fp16")
+    if key == "fp32":
+        family = (chips().get("families") or {}).get(chip.get("family", "")) or {}
+        kind = "conv" if str(params.get("flops", "")).startswith("conv") else "matmul"
+        if family.get("fp32_cube_runs_as") == "float16":
+            key = "fp16"
+        elif (family.get("hf32_defaults") or {}).get(kind):
+            key = "hf32"
+    peaks = chip.get("cube_tflops") or {}
+    peak = float(peaks.get(key) or peaks.get("fp16") or 100.0)
+    eff = params.get("efficiency", 0.6)
+    if isinstance(eff, dict):
+        eff = eff.get(key, eff.get("default", 0.6))
+    return key, peak, float(eff or 0.6)
+
+
 def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> float:
     """Predicted device time of ``kernel.count`` launches of one kernel, in microseconds.
 
@@ -141,15 +166,7 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
     """
     model, params, unit, ref_hbm, hbm, floor = _pricing_inputs(kernel, chip)
     if unit in ("cube", "fa"):
-        peaks = chip.get("cube_tflops") or {}
-        dtype = dtype_name(kernel.dtype)
-        peak = float(peaks.get({"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp16"), 0)
-                     or peaks.get("fp16") or 100.0)
-        eff_table = params.get("efficiency", 0.6)
-        if isinstance(eff_table, dict):
-            key = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp16")
-            eff_table = eff_table.get(key, eff_table.get("default", 0.6))
-        eff = float(eff_table)
+        _, peak, eff = cube_run(kernel, chip, params)
         compute = kernel.flops / (peak * 1e12 * eff) * 1e6 if kernel.flops else 0.0
         read = max(kernel.bytes - kernel.written, 0.0)
         memory = (read / (hbm * 1e9 * float(params.get("memory_efficiency", 0.6)))
@@ -193,11 +210,10 @@ def pricing_rule(kernel: Kernel, chip: dict) -> str:
     """The rule ``kernel_time_us`` priced ``kernel`` by, in words (for the estimate's report row)."""
     model, params, unit, ref_hbm, hbm, floor = _pricing_inputs(kernel, chip)
     if unit in ("cube", "fa"):
-        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype_name(kernel.dtype), "fp16")
-        eff = params.get("efficiency", 0.6)
-        eff = float((eff.get(dtype, eff.get("default", 0.6)) if isinstance(eff, dict) else eff) or 0.6)
-        peak = (chip.get("cube_tflops") or {}).get(dtype) or (chip.get("cube_tflops") or {}).get("fp16")
-        return (f"{kernel.type}: {unit} {kernel.flops / 1e9:,.2f} GFLOP at {dtype} {peak} TFLOPS x {eff:.2f}, "
+        run, peak, eff = cube_run(kernel, chip, params)
+        given = _CUBE_KEYS.get(dtype_name(kernel.dtype), "fp16")
+        how = f"{run}" if run == given else f"{run} (the chip's default for {given})"
+        return (f"{kernel.type}: {unit} {kernel.flops / 1e9:,.2f} GFLOP at {how} {peak:g} TFLOPS x {eff:.2f}, "
                 f"or {kernel.bytes / 1e6:,.2f} MB at HBM if slower, + {floor:g} us")
     if unit == "aicpu":
         aicpu = model.get("aicpu") or {}

@@ -27,6 +27,7 @@ from opscope.analysis.npu_kernels import (
     MODELS,
     aicpu_reason,
     alignment_reason,
+    apply_passes,
     base_name,
     cache_tensors,
     clear_tensors,
@@ -357,6 +358,8 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
     reasons: list[dict] = []
     if entry:
         kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
+        if entry.get("passes"):
+            apply_passes(op, kernels, entry["passes"])
     elif third_party_kernel(op):
         kernels, reason = _third_party_kernels(op)
         reasons.append(reason)

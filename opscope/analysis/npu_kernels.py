@@ -210,6 +210,22 @@ def model_elementwise(op, names) -> list[Kernel]:
     return [Kernel(n, "vector", 0.0, moved, _float_dtype(op), written=written) for n in names]
 
 
+def apply_passes(op, kernels: list[Kernel], passes: list) -> None:
+    """Each kernel's bytes from its ``passes`` entry (npu_cost_model.yaml ``aten``): [reads, writes] of the
+    operator's largest tensor, and optionally mask bits per element (written by a kernel that reads nothing
+    else, the mask generator; read by the others)."""
+    tensors = op_tensors(op)
+    if not tensors:
+        return
+    shape, dtype = max(tensors, key=lambda t: numel(t[0]))
+    size = numel(shape) * dtype_bytes(dtype)
+    for kernel, spec in zip(kernels, passes, strict=False):
+        reads, writes, bits = (list(spec) + [0, 0, 0])[:3]
+        mask = numel(shape) * float(bits) / 8
+        kernel.bytes = (float(reads) + float(writes)) * size + mask
+        kernel.written = float(writes) * size + (mask if not reads else 0.0)
+
+
 def _model_reduce(op, names) -> list[Kernel]:
     tensors = op_tensors(op)
     moved = tensor_bytes(*zip(*tensors, strict=True)) if tensors else 0.0
