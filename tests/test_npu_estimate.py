@@ -745,3 +745,23 @@ def test_fp32_cube_kernels_run_in_the_dtype_the_chip_defaults_to():
     half = Kernel("Conv2D", "cube", flops=50e9, bytes=1e6, dtype="float16")
     assert kernel_time_us(conv, a910) == kernel_time_us(half, a910)
     assert "fp16 (the chip's default for fp32) 256 TFLOPS" in pricing_rule(conv, a910)
+
+
+def test_report_target_keeps_what_the_scan_read_from_its_op_stream(slow_scan, tmp_path):
+    """`report --target` rebuilds the basis from the stored operators; the op stream is not stored, so the
+    fused-pattern reasons and the L2 re-run shares it gave are carried over, not lost."""
+    out, _ = slow_scan
+    proc = run_opscope("report", out, "--target", "2.6.0", "--format", "json", "--out", tmp_path / "re", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+
+    def unfused(run):
+        return sorted(r["operator"] for r in load_scan(run)["npu_estimate"]["rows"]
+                      if "unfused" in (r.get("reason_kinds") or []))
+    assert unfused(out) and unfused(tmp_path / "re") == unfused(out)
+    bench = tmp_path / "bench"
+    assert run_opscope("scan", SCRIPTS / "op_benchmark.py", "--steps", "4", "--step-marker", "module", "--out", bench,
+                       "--format", "json", "--quiet").returncode == 0
+    proc = run_opscope("report", bench, "--target", "2.6.0", "--format", "json", "--out", tmp_path / "re2", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    add = next(r for r in load_scan(tmp_path / "re2")["npu_estimate"]["rows"] if r["operator"].startswith("aten::add"))
+    assert "re-run on tensors in the 192 MiB L2" in add["priced_by"]

@@ -41,7 +41,8 @@ from opscope.analysis.npu_kernels import (
     transdata,
 )
 
-__all__ = ["BASIS_VERSION", "MODELS", "allreduce_us", "bound_sentence", "build_basis", "estimate", "price"]
+__all__ = ["BASIS_VERSION", "MODELS", "allreduce_us", "bound_sentence", "build_basis", "estimate", "price",
+           "rebuild_basis"]
 
 BASIS_VERSION = 1
 
@@ -242,6 +243,24 @@ def _build_basis(operators, steps, calls=None) -> dict:
     _mark_unfused(rows, patterns)
     return {"version": BASIS_VERSION, "rows": rows, "patterns": patterns, "batch": _batch(operators),
             "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
+
+
+def rebuild_basis(operators, steps, old: dict) -> dict:
+    """``build_basis`` again from stored operators (``opscope report --target``: verdicts changed).  The op
+    stream is not stored, so what was read from it is carried over from ``old``: the fused-pattern matches
+    (and the rows' `unfused` reasons) and each signature's share of re-runs (its kernels' ``warm``)."""
+    basis = build_basis(operators, steps)
+    basis["patterns"] = old.get("patterns") or []
+    _mark_unfused(basis["rows"], basis["patterns"])
+    warm = {_key(r.get("name"), r.get("input_shapes"), r.get("dtypes")):
+            max((float(k.get("warm") or 0.0) for k in r.get("kernels") or []), default=0.0)
+            for r in old.get("rows") or []}
+    for row in basis["rows"]:
+        share = warm.get(_key(row["name"], row["input_shapes"], row["dtypes"]))
+        for kernel in row["kernels"] if share else ():
+            if kernel.get("unit") == "vector":
+                kernel["warm"] = share
+    return basis
 
 
 _REPEAT_PHASES = ("forward", "eval")

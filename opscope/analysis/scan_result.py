@@ -331,10 +331,7 @@ def retarget(result: ScanResult, target: str) -> None:
 def _rebuild_basis(result: ScanResult) -> None:
     """The estimate's basis made again from the stored operators with their new verdicts (a signature that
     falls back on one release and runs natively on another is priced differently, or not at all below its
-    parent).  The op stream is not stored, so the fused-pattern matches of the scan are carried over."""
-    from opscope.analysis.npu_estimate import build_basis
+    parent); what the scan read from its op stream is carried over (``rebuild_basis``)."""
+    from opscope.analysis.npu_estimate import rebuild_basis
     assert isinstance(result.npu_estimate, dict)
-    old = result.npu_estimate["basis"]
-    basis = build_basis(result.operators, result.steps)
-    basis["patterns"] = old.get("patterns") or []
-    result.npu_estimate["basis"] = basis
+    result.npu_estimate["basis"] = rebuild_basis(result.operators, result.steps, result.npu_estimate["basis"])
