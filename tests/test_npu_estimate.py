@@ -765,3 +765,38 @@ def test_report_target_keeps_what_the_scan_read_from_its_op_stream(slow_scan, tm
     assert proc.returncode == 0, proc.stderr
     add = next(r for r in load_scan(tmp_path / "re2")["npu_estimate"]["rows"] if r["operator"].startswith("aten::add"))
     assert "re-run on tensors in the 192 MiB L2" in add["priced_by"]
+
+
+def test_a_rate_above_hbm_holds_only_for_a_kernel_within_l2():
+    """Relu's fitted rate (3,313 GB/s on a 1,600 GB/s chip) was reached on AlexNet activations held in L2: a
+    Relu larger than the L2, or on a chip with no L2 figure (910A), moves at most the chip's HBM bandwidth."""
+    from opscope.analysis.npu_cost import Kernel, kernel_time_us, pricing_rule, resolve_chip, vector_rate
+    _, b2 = resolve_chip("910B2")
+    _, a910 = resolve_chip("910A")
+    small = Kernel("Relu", "vector", bytes=64e6)
+    large = Kernel("Relu", "vector", bytes=822e6)
+    assert vector_rate(small, b2) == (3313.0, False)
+    assert vector_rate(large, b2) == (1600.0, True) and vector_rate(small, a910) == (1200.0, True)
+    assert kernel_time_us(large, b2) == pytest.approx(2.0 + 822e6 / 1600e9 * 1e6)
+    assert "the chip's HBM" in pricing_rule(large, b2) and "HBM" not in pricing_rule(small, b2)
+    add = Kernel("Add", "vector", bytes=822e6)   # a rate below HBM is kept at any size
+    assert vector_rate(add, b2) == (793.0, False)
+
+
+def test_dropout_with_p_zero_or_outside_training_launches_nothing():
+    from opscope.analysis.npu_estimate import build_basis
+    x = [64, 197, 768]
+    ops = [_op("aten::dropout", [x, [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.0, True]),
+           _op("aten::dropout", [x + [2], [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, False]),
+           _op("aten::dropout", [x + [3], [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, True])]
+    rows = build_basis(ops, [Step(index=1), Step(index=2)])["rows"]
+    assert [r["input_shapes"][0] for r in rows] == [x + [3]]
+
+
+def test_cat_reads_and_writes_its_tensor_list():
+    from opscope.analysis.npu_estimate import build_basis
+    parts = [[64, 128, 28, 28]] + [[64, 32, 28, 28]] * 8
+    op = _op("aten::cat", [parts, []], ["TensorList", "Scalar"], scalars=[None, 1])
+    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    size = sum(math.prod(p) for p in parts) * 4
+    assert kernel["type"] == "ConcatD" and kernel["bytes"] == 2 * size and kernel["written"] == size

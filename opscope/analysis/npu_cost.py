@@ -176,8 +176,7 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
         aicpu = model.get("aicpu") or {}
         one = float(aicpu.get("floor_us", 30)) + kernel.bytes / (float(aicpu.get("gbps", 1.0)) * 1e9) * 1e6
     else:
-        gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
-        rate = gbps * hbm / ref_hbm * 1e9
+        rate = vector_rate(kernel, chip)[0] * 1e9
         read = kernel.bytes - min(kernel.written, kernel.bytes)
         share, speedup = l2_share(kernel, chip)
         one = floor + (kernel.bytes - share * read * (1.0 - 1.0 / speedup)) / rate * 1e6
@@ -186,13 +185,32 @@ def kernel_time_us(kernel: Kernel, chip: dict, factors: dict | None = None) -> f
     return one * kernel.count
 
 
+def _fits_l2(kernel: Kernel, chip: dict) -> bool:
+    l2_mib = float(chip.get("l2_mib") or 0)
+    return bool(l2_mib) and kernel.bytes <= l2_mib * 2 ** 20
+
+
+def vector_rate(kernel: Kernel, chip: dict) -> tuple[float, bool]:
+    """(GB/s of a vector kernel on ``chip``, whether it was capped): its type's achieved rate scaled to the
+    chip's HBM, at most the chip's HBM bandwidth for a kernel larger than its L2 (or on a chip with no L2
+    figure): a rate above HBM (Relu, ReluGrad) was reached on data held in L2 (npu_cost_model.yaml ``l2``)."""
+    model = cost_model()
+    params = kernel_params(kernel.type)
+    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
+    hbm = float(chip.get("hbm_gbps") or ref_hbm)
+    gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
+    rate = gbps * hbm / ref_hbm
+    if rate > hbm and not _fits_l2(kernel, chip):
+        return hbm, True
+    return rate, False
+
+
 def l2_share(kernel: Kernel, chip: dict) -> tuple[float, float]:
     """(share of launches whose reads come from L2, the L2 read speedup): a vector kernel re-run on the
     tensors the launch before touched (``kernel.warm``) whose bytes fit the chip's L2 (npu_cost_model.yaml
     ``l2``); (0, 1) on a chip with no L2 figure or for a kernel larger than its L2."""
-    l2_mib = float(chip.get("l2_mib") or 0)
     speedup = float((cost_model().get("l2") or {}).get("read_speedup", 1.0))
-    if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not l2_mib or kernel.bytes > l2_mib * 2 ** 20 or speedup <= 1.0:
+    if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not _fits_l2(kernel, chip) or speedup <= 1.0:
         return 0.0, 1.0
     return min(kernel.warm, 1.0), speedup
 
@@ -218,12 +236,14 @@ def pricing_rule(kernel: Kernel, chip: dict) -> str:
     if unit == "aicpu":
         aicpu = model.get("aicpu") or {}
         return f"{kernel.type}: AI CPU {kernel.bytes / 1e6:,.2f} MB at {aicpu.get('gbps', 1.0)} GB/s + {aicpu.get('floor_us', 30)} us"
-    gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
     own = "" if kernel.type in (model.get("kernels") or {}) else " (the default vector rate: no entry of its own)"
+    rate, capped = vector_rate(kernel, chip)
+    if capped:
+        own += " (the chip's HBM: its own rate was reached on data in L2, and this kernel does not fit there)"
     share, speedup = l2_share(kernel, chip)
     l2 = (f"; {share:.0%} of launches re-run on tensors in the {chip.get('l2_mib'):g} MiB L2: reads at {speedup:g}x"
           if share else "")
-    return (f"{kernel.type}: vector {kernel.bytes / 1e6:,.2f} MB at {gbps * hbm / ref_hbm:,.0f} GB/s{own} "
+    return (f"{kernel.type}: vector {kernel.bytes / 1e6:,.2f} MB at {rate:,.0f} GB/s{own} "
             f"+ {floor:g} us{l2}")
 
 

@@ -31,6 +31,7 @@ from opscope.analysis.npu_kernels import (
     base_name,
     cache_tensors,
     clear_tensors,
+    launches_nothing,
     match_fused_patterns,
     model_elementwise,
     nested_lists,
@@ -223,8 +224,10 @@ def _build_basis(operators, steps, calls=None) -> dict:
     # CPU recorded below such an operator is the CPU's implementation, not NPU kernels
     registered = {base_name(n) for n, v in verdict_of.items() if v == "native" and base_name(n) not in views}
     kernel_ops = frozenset(op.name for op in operators if third_party_kernel(op))
+    aten = model.get("aten") or {}
     candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
                   and not op.import_time and base_name(op.name) not in views
+                  and not launches_nothing(op, aten.get(base_name(op.name)) or {})
                   and not composite_wrapper(op, mapped, has_children)
                   and not _nested_in_priced(op, parent_of, mapped | registered, kernel_ops)]
     _recover_tensor_lists(candidates, operators, steady)

@@ -256,6 +256,25 @@ def _model_foreach(op, names) -> list[Kernel]:
     return [Kernel(n, "vector", 0.0, moved, dtype, note=f"{len(lists[0][0])} tensors per list") for n in names]
 
 
+def _model_concat(op, names) -> list[Kernel]:
+    """cat/stack: reads every tensor of its list and writes them side by side (the list's element dtype is
+    not recorded: the op's float dtype, else float32)."""
+    lists = [lst for lst in tensor_lists(op) if lst[0]]
+    if not lists:
+        return model_elementwise(op, names)
+    size = list_bytes(lists[0])
+    return [Kernel(n, "vector", 0.0, 2.0 * size, lists[0][1], written=size) for n in names]
+
+
+def launches_nothing(op, entry: dict) -> bool:
+    """A call its ``free_when`` conditions (npu_cost_model.yaml ``aten``: [argument position, value]) make a
+    no-op: ATen returns the input (dropout with p == 0 or outside training)."""
+    scalars = op.scalars or []
+    return any(len(scalars) > i and scalars[i] is not None and scalars[i] == value
+               and isinstance(scalars[i], bool) == isinstance(value, bool)
+               for i, value in entry.get("free_when") or [])
+
+
 def _model_resize(op, names) -> list[Kernel]:
     """upsample_*: reads the input, writes the output (its size from output_size or the scale factors)."""
     tensors = op_tensors(op)
@@ -283,7 +302,7 @@ def _model_resize(op, names) -> list[Kernel]:
 MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
           "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
           "elementwise": model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach,
-          "resize": _model_resize}
+          "resize": _model_resize, "concat": _model_concat}
 
 
 def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
