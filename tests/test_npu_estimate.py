@@ -528,7 +528,13 @@ def test_ai_cpu_rules_are_the_advisors_lists():
     ("aten::native_group_norm", [X, [256], [256], [], [], [], [], []], ["float"] * 3 + ["Scalar"] * 5, "GroupNorm"),
     ("aten::upsample_nearest2d", [X, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
      "ResizeNearestNeighborV2"),
-    ("aten::_foreach_norm", [BIG, []], ["TensorList", "Scalar"], "ForeachNorm")])
+    ("aten::_foreach_norm", [BIG, []], ["TensorList", "Scalar"], "ForeachNorm"),
+    # the torchvision mobile/efficient models' activations (a survey of 12 classifiers found them generic)
+    ("aten::hardtanh_", [X, [], []], ["float", "Scalar", "Scalar"], "ClipByValue"),
+    ("aten::hardtanh_backward", [X, X, [], []], ["float", "float", "Scalar", "Scalar"], "HardtanhGrad"),
+    ("aten::hardswish_", [X], None, "HardSwish"), ("aten::hardswish_backward", [X, X], None, "HardSwishGrad"),
+    ("aten::hardsigmoid", [X], None, "HardSigmoid"), ("aten::silu_", [X], None, "Swish"),
+    ("aten::sigmoid_backward", [X, X], None, "SigmoidGrad")])
 def test_operators_that_were_priced_generic_map_to_their_kernels(name, shapes, dtypes, kernel):
     row = _rows([_op(name, shapes, dtypes)])[0]
     assert row["kernels"] == kernel and "no kernel mapping" not in row["reason"]
