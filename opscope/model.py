@@ -139,6 +139,8 @@ class OpCall(_Record):
     #                        "# of Calls", a scan operator's share of a step); times are summed
     repeats: int = 0       # of ``count``, those that re-ran the call just before them on the same tensors'
     #                        shapes (back to back at the top level, or inside such a call: a loop over one op)
+    order: list = field(default_factory=list)   # a top-level record's places in its step's top-level call
+    #                        sequence (the first steps only): the op stream's order, which folding loses
     library: str | None = None
 
     def signature(self, frozen: dict | None = None) -> tuple:

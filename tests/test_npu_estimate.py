@@ -806,3 +806,40 @@ def test_cat_reads_and_writes_its_tensor_list():
     kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
     size = sum(math.prod(p) for p in parts) * 4
     assert kernel["type"] == "ConcatD" and kernel["bytes"] == 2 * size and kernel["written"] == size
+
+
+def _step_calls(names_shapes, step=2, library=None):
+    return [_call(name, [shape], step=step, source="train.py:120") for name, shape in names_shapes]
+
+
+def test_fused_patterns_are_matched_in_the_op_streams_true_order_not_the_folded_one():
+    """A squeeze-excitation block (silu, conv, sigmoid, mul) whose conv signature recurs: folding keeps one
+    record per signature, so in first-occurrence order silu sat next to mul and was called an unfused
+    SwiGLU; the capture keeps each top-level call's place (OpCall.order) and the match uses it."""
+    from opscope.analysis.npu_estimate import cost_model
+    from opscope.analysis.npu_kernels import match_fused_patterns
+    from opscope.capture.events import compact_calls
+    a, b, c = [64, 32, 1, 1], [64, 96, 56, 56], [64, 16, 112, 112]
+    shared: dict = {}
+    # two blocks' squeeze-excitation tails (the convolutions are views of the stream: they launch below it)
+    se = [("aten::sigmoid", a), ("aten::mul", c), ("aten::silu", b), ("aten::sigmoid", a), ("aten::mul", b)]
+    calls = compact_calls(_step_calls(se, step=1), shared) + compact_calls(_step_calls(se), shared)
+    model = cost_model()
+    found = match_fused_patterns(calls, model["fused_patterns"], set(model["views"]))
+    assert [p["api"] for p in found] == []
+    swiglu = [("aten::silu", b), ("aten::mul", b), ("aten::add", b)]
+    calls = compact_calls(_step_calls(swiglu, step=1), {}) + compact_calls(_step_calls(swiglu), {})
+    found = match_fused_patterns(calls, model["fused_patterns"], set(model["views"]))
+    assert [(p["api"], p["count"], p["sites"]) for p in found] == [("torch_npu.npu_swiglu", 1, [["train.py:120", None]])]
+
+
+def test_an_unfused_pattern_marks_only_the_rows_at_its_library_line():
+    """A framework's model runs from one user line: only the rows the matched calls came from (the same
+    library line) get the `unfused` reason, not every mul the model makes from that user line."""
+    from opscope.analysis.npu_estimate import _mark_unfused
+    rows = [{"name": "aten::mul", "source": "train.py:120", "library": lib, "phase": "forward", "reasons": []}
+            for lib in ("timm/layers/mlp.py:40", "torchvision/models/efficientnet.py:160")]
+    pattern = {"api": "torch_npu.npu_swiglu", "ops": ["silu", "mul"], "sources": ["train.py:120"],
+               "source": "train.py:120", "fix": "", "sites": [["train.py:120", "timm/layers/mlp.py:40"]]}
+    _mark_unfused(rows, [pattern])
+    assert [bool(r["reasons"]) for r in rows] == [True, False]

@@ -503,13 +503,16 @@ def _run_reasons(op, dynamic_shapes: Counter) -> list[dict]:
 
 
 def _mark_unfused(rows: list[dict], patterns: list[dict]) -> None:
-    """A forward row whose line holds a fusable sequence of its operator gets the `unfused` reason."""
+    """A forward row whose line holds a fusable sequence of its operator gets the `unfused` reason: the user's
+    line and, where a library made the call (a framework's model run from one line), the library's line."""
     by_source: dict[str, list] = {}
     for p in patterns:
         for src in p["sources"]:
             by_source.setdefault(src, []).append(p)
     for row in rows:
         for p in by_source.get(row["source"], []):
+            if "sites" in p and [row["source"], row.get("library")] not in p["sites"]:
+                continue
             if row["phase"] == "forward" and base_name(row["name"]) in {o.rstrip("_") for o in p["ops"]} | set(p["ops"]):
                 row["reasons"].append({"kind": "unfused", "text": f"unfused {'-'.join(p['ops'])} at {p['source']}",
                                        "fix": p["fix"]})

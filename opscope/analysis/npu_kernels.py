@@ -437,7 +437,11 @@ def match_fused_patterns(calls, patterns: list[dict], views: set) -> list[dict]:
         return []
     steps = sorted({c.step for c in stream})
     step = steps[1] if len(steps) > 1 else steps[0]
-    stream = sorted((c for c in stream if c.step == step), key=lambda c: (c.start_us, c.seq_nr))
+    stream = [c for c in stream if c.step == step]
+    if any(c.order for c in stream):   # the step's true order (OpCall.order): folded records recur in it
+        stream = [c for _, c in sorted(((i, c) for c in stream for i in c.order), key=lambda ic: ic[0])]
+    else:   # a trace's calls, or a capture written before the order was kept
+        stream = sorted(stream, key=lambda c: (c.start_us, c.seq_nr))
     names = [base_name(c.name).rstrip("_") if not base_name(c.name).startswith("_") else base_name(c.name) for c in stream]
     found: dict[tuple, dict] = {}
     for pattern in patterns:
@@ -453,8 +457,12 @@ def match_fused_patterns(calls, patterns: list[dict], views: set) -> list[dict]:
             entry = found.setdefault(key, {"api": pattern["api"], "ops": names[i:end], "sources": sorted(set(sources)),
                                            "source": sources[0] if sources else None, "count": 0,
                                            "fix": pattern.get("fix", ""), "launches": end - i,
-                                           "min_cann": pattern.get("min_cann")})
-            entry["count"] += max(int(getattr(stream[i], "count", 1) or 1), 1)
+                                           "min_cann": pattern.get("min_cann"), "sites": []})
+            for j in range(i, end):   # the lines (the user's and a library's) of the matched calls
+                site = [stream[j].source, stream[j].library]
+                if site not in entry["sites"]:
+                    entry["sites"].append(site)
+            entry["count"] += 1 if stream[i].order else max(int(getattr(stream[i], "count", 1) or 1), 1)
             i = end
     return list(found.values())
 

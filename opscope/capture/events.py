@@ -166,6 +166,7 @@ def _fold_key(c: OpCall, flat, children: tuple, origins: tuple) -> tuple:
 
 
 _LAST_TOP = ("compact_calls", "last top-level call")
+ORDER_STEPS, ORDER_CAP = 3, 20_000   # steps whose top-level order is kept (OpCall.order), places per step
 
 
 def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCall]:
@@ -183,6 +184,7 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
     # the last top-level call (kept in ``shared`` across steps: a step of one call in a loop re-runs the last
     # step's), and whether the current one re-ran it
     top_key, repeating = shared.get(_LAST_TOP), False
+    place = 0   # the next top-level call's place in the step's sequence
     for c in calls:
         # two levels (a list of dimension lists) cover nearly every call; a deeper list (a TensorList's
         # shapes) is left unhashable by them, and then the whole value is frozen
@@ -193,18 +195,23 @@ def compact_calls(calls: list[OpCall], shared: dict | None = None) -> list[OpCal
         except TypeError:
             shapes, dtypes, scalars, key = _fold_key(c, freeze, children, origins)
             kept = folded.get(key)
+        ordered = c.parent is None and c.step <= ORDER_STEPS and place < ORDER_CAP
         if c.parent is None:   # calls come parent first (by start): what follows a top-level call is inside it
             repeating, top_key = key == top_key, key
+            place += 1
         if repeating:
             c.repeats = c.count
         if kept is not None:
             kept.count += c.count
             kept.repeats += c.repeats
+            if ordered:
+                kept.order.append(place - 1)
             kept.self_time_us += c.self_time_us
             kept.total_time_us += c.total_time_us
             kept.device_time_us += c.device_time_us
             continue
         folded[key] = c
+        c.order = [place - 1] if ordered else []
         c.input_shapes = shared.setdefault(("s", shapes), c.input_shapes)
         c.dtypes = shared.setdefault(("d", dtypes), c.dtypes)
         c.scalars = shared.setdefault(("c", scalars), c.scalars)
