@@ -86,7 +86,8 @@ class FakeImageNet(Dataset):
 
 def main():
     parser = argparse.ArgumentParser(description="PyTorch ImageNet Training (ResNet-50)")
-    parser.add_argument("-a", "--arch", default="resnet50")
+    parser.add_argument("-a", "--arch", default="resnet50",
+                        help="resnet50 is built in; any other torchvision.models name needs torchvision")
     parser.add_argument("-j", "--workers", default=0, type=int)
     parser.add_argument("--epochs", default=1, type=int)
     parser.add_argument("-b", "--batch-size", default=8, type=int)
@@ -100,7 +101,16 @@ def main():
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = ResNet50()
+    if args.arch == "resnet50":
+        model = ResNet50()
+    else:   # as imagenet/main.py does: models.__dict__[args.arch]()
+        try:
+            import torchvision.models as models
+        except Exception as exc:   # not installed, or built for another torch
+            raise SystemExit(f"-a {args.arch} needs a working torchvision ({exc}); resnet50 is built in") from None
+        if not callable(models.__dict__.get(args.arch)):
+            raise SystemExit(f"-a {args.arch}: no such torchvision model")
+        model = models.__dict__[args.arch]()
     torch.cuda.set_device(args.gpu)
     model = model.cuda(args.gpu)
     criterion = nn.CrossEntropyLoss().cuda(args.gpu)
