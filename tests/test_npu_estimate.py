@@ -843,3 +843,16 @@ def test_an_unfused_pattern_marks_only_the_rows_at_its_library_line():
                "source": "train.py:120", "fix": "", "sites": [["train.py:120", "timm/layers/mlp.py:40"]]}
     _mark_unfused(rows, [pattern])
     assert [bool(r["reasons"]) for r in rows] == [True, False]
+
+
+def test_a_linear_weight_is_cast_to_fractal_nz_once_on_910a_not_each_call():
+    """torch_npu's Module.npu()/.to() casts nn.Linear weights to FRACTAL_NZ when the model moves (cast_weight):
+    on a 910A a linear converts its activation in and its result out each call, not its weight; a matmul of
+    two activations converts both operands."""
+    from opscope.analysis.npu_estimate import build_basis
+    x, w = [4096, 1024], [4096, 1024]
+    rows = {r["name"]: r for r in build_basis([_op("aten::linear", [x, w, [4096]]), _op("aten::mm", [x, [1024, 512]])],
+                                              [Step(index=1), Step(index=2)])["rows"]}
+    assert [k["note"] for k in rows["aten::linear"]["transdata_910a"]] == \
+        ["4096x1024 <-> FRACTAL_NZ", "4096x4096 <-> FRACTAL_NZ"]
+    assert len(rows["aten::mm"]["transdata_910a"]) == 3

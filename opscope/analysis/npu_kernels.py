@@ -350,9 +350,12 @@ def nz_transdata(op, rule: dict | None) -> list[Kernel]:
     batch, m, k, n = dims
     size = dtype_bytes(_float_dtype(op))
     moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
+    shapes = [[batch * m, k], [k, n], [batch * m, n]]
+    if base_name(op.name) in (rule or {}).get("cast_once", []):   # b: a weight already in FRACTAL_NZ
+        moved, shapes = [moved[0], moved[2]], [shapes[0], shapes[2]]
     return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
                    note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
-            for b, shape in zip(moved, ([batch * m, k], [k, n], [batch * m, n]), strict=True)]
+            for b, shape in zip(moved, shapes, strict=True)]
 
 
 MATMULS = ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm")
