@@ -856,3 +856,15 @@ def test_a_linear_weight_is_cast_to_fractal_nz_once_on_910a_not_each_call():
     assert [k["note"] for k in rows["aten::linear"]["transdata_910a"]] == \
         ["4096x1024 <-> FRACTAL_NZ", "4096x4096 <-> FRACTAL_NZ"]
     assert len(rows["aten::mm"]["transdata_910a"]) == 3
+
+
+def test_select_backward_zeroes_the_input_size_and_copies_the_gradient_in():
+    """ViT's class-token select: its backward writes a zero tensor of the input's size and copies the
+    gradient slice in (was priced generic, as an output the size of the gradient)."""
+    from opscope.analysis.npu_estimate import build_basis
+    grad, full = [64, 768], [64, 197, 768]
+    op = _op("aten::select_backward", [grad, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
+             phase="backward", scalars=[None, full, 1, 0])
+    kernels = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"]
+    assert [(k["type"], k["bytes"]) for k in kernels] == [("MemSet", math.prod(full) * 4),
+                                                          ("ViewCopy", 2 * math.prod(grad) * 4)]

@@ -266,6 +266,21 @@ def _model_concat(op, names) -> list[Kernel]:
     return [Kernel(n, "vector", 0.0, 2.0 * size, lists[0][1], written=size) for n in names]
 
 
+def _model_fill_copy(op, names) -> list[Kernel]:
+    """select_backward / slice_backward (grad, input_sizes, ...): zero a tensor of the input's size, then
+    copy the gradient into its slice: the first kernel writes the whole input size, the second reads and
+    writes the gradient."""
+    tensors = op_tensors(op)
+    if not tensors:
+        return model_elementwise(op, names)
+    grad, dtype = tensors[0]
+    size = dtype_bytes(dtype)
+    full = next((s for s in (op.scalars or [])[1:2] if isinstance(s, list) and s
+                 and all(isinstance(d, int) for d in s)), grad)
+    return [Kernel(names[0], "vector", 0.0, numel(full) * size, dtype, written=numel(full) * size),
+            Kernel(names[1], "vector", 0.0, 2.0 * numel(grad) * size, dtype, written=numel(grad) * size)][:len(names)]
+
+
 def launches_nothing(op, entry: dict) -> bool:
     """A call its ``free_when`` conditions (npu_cost_model.yaml ``aten``: [argument position, value]) make a
     no-op: ATen returns the input (dropout with p == 0 or outside training)."""
@@ -302,7 +317,7 @@ def _model_resize(op, names) -> list[Kernel]:
 MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
           "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
           "elementwise": model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach,
-          "resize": _model_resize, "concat": _model_concat}
+          "resize": _model_resize, "concat": _model_concat, "fill_copy": _model_fill_copy}
 
 
 def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
