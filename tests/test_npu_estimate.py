@@ -214,9 +214,12 @@ def test_slow_patterns_are_named_at_their_lines_above_the_convolutions(slow_scan
     assert rank[rms]["source"] == _line("x.pow(2).mean")
     aicpu = first(lambda r: "AI CPU" in r["reason"])
     assert rank[aicpu]["source"] == _line("x[:, pad_index] = 0.0") and "int64" in rank[aicpu]["reason"]
-    aligned = first(lambda r: "K=1000" in r["reason"])
+    aligned = first(lambda r: r["kind"] == "pattern" and "K=1000" in r["operator"])
     assert rank[aligned]["source"] == _line("self.fc2(torch.relu")
-    assert max(attention, rms, aicpu, aligned) < conv
+    # the unaligned row weighs what the penalty adds (what aligning saves), not the matmuls' whole time
+    assert 0 < rank[aligned]["npu_time_us"] < sum(r["npu_time_us"] for r in rows if r["kind"] == "operator"
+                                                   and r["source"] == rank[aligned]["source"])
+    assert max(attention, rms, aicpu) < conv
     step = load_scan(out)["npu_estimate"]["step"]
     assert step["per_world_size"][0]["bound"] == "aicpu"   # the IndexPut dominates the step
 
@@ -868,3 +871,25 @@ def test_select_backward_zeroes_the_input_size_and_copies_the_gradient_in():
     kernels = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"]
     assert [(k["type"], k["bytes"]) for k in kernels] == [("MemSet", math.prod(full) * 4),
                                                           ("ViewCopy", 2 * math.prod(grad) * 4)]
+
+
+def test_unaligned_summary_rows_keep_matmuls_and_attention_apart_and_price_the_penalty():
+    """One summary row per line and kind: matmul axes against 256, attention's D and S against 128, each with
+    its own fix; its time is what the penalty adds to the cube time (what aligning saves), not the whole."""
+    from opscope.analysis.npu_estimate import build_basis, price
+    q = [64, 12, 197, 64]
+    ops = [_op("aten::mm", [[12608, 768], [768, 3000]]), _op("aten::mm", [[12608, 3000], [3000, 768]]),
+           _op("aten::scaled_dot_product_attention", [q, q, q], ["float"] * 3),
+           _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [q, q, q, q, q, [64, 12, 197]],
+               ["float"] * 6, phase="backward")]
+    rows = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
+            if r["kind"] == "pattern" and r["operator"].startswith("unaligned")]
+    by_name = {r["operator"]: r for r in rows}
+    assert set(by_name) == {"unaligned matmuls (K=3000, N=3000)", "unaligned attention calls (D=64, S=197)"}, by_name
+    mm = by_name["unaligned matmuls (K=3000, N=3000)"]
+    assert "multiples of 256" in mm["reason"] and "pad K and N" in mm["fix"]
+    att = by_name["unaligned attention calls (D=64, S=197)"]
+    assert "multiples of 128" in att["reason"] and "head dim" in att["fix"]
+    members = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
+               if r["kind"] == "operator" and r["operator"] == "aten::mm"]
+    assert mm["npu_time_us"] == pytest.approx(sum(r["cube_us"] for r in members) * (1 - 1 / 1.3), rel=1e-3)

@@ -11,6 +11,7 @@ stated with it.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import fields
 
@@ -674,27 +675,42 @@ def _optimizer_rows(rows: list[dict], foreach: list) -> list[dict]:
              "reason_kinds": ["pattern"]}]
 
 
+_UNALIGNED = re.compile(r"unaligned (matmul|attention): (.*?) not a multiple of (\d+)")
+
+
 def _alignment_rows(rows: list[dict], fused_lines: set) -> list[dict]:
-    """One ranked row per source line with unaligned cube operators (forward and backward); lines
-    inside a fusable pattern are left to that pattern's row (the fused kernel replaces them)."""
-    lines: dict[str, list] = {}
+    """One ranked row per source line and kind (matmul / attention) with two or more unaligned cube
+    signatures (forward and backward); lines inside a fusable pattern are left to that pattern's row (the
+    fused kernel replaces them).  Its time is what the alignment penalty adds to their cube time (what
+    aligning would save), not their whole time."""
+    alignment = cost_model().get("alignment") or {}
+    groups: dict[tuple, list] = {}
     for r in rows:
-        if "alignment" in r["reason_kinds"] and r["source"] and r["source"] not in fused_lines:
-            lines.setdefault(r["source"], []).append(r)
+        if "alignment" not in r["reason_kinds"] or not r["source"] or r["source"] in fused_lines:
+            continue
+        found = _UNALIGNED.search(r["reason"])
+        if found:
+            groups.setdefault((r["source"], found.group(1)), []).append((r, found))
     out = []
-    for source, members in lines.items():
+    for (source, kind), members in groups.items():
         if len(members) < 2:
             continue
-        axes = sorted({part.split(" ")[0] for r in members for part in
-                       r["reason"].split("unaligned matmul: ", 1)[-1].split(";")[0].split(", ") if "=" in part})
-        out.append({"kind": "pattern", "operator": f"unaligned matmuls ({', '.join(axes)})", "input_shapes": None,
+        rule = alignment.get(kind) or {}
+        slowdown = float(rule.get("slowdown", 1.0))
+        axes = sorted({axis for _, found in members for axis in found.group(2).split(", ") if "=" in axis})
+        whole = sum(r["npu_time_us"] for r, _ in members)
+        penalty = sum(r["cube_us"] for r, _ in members) * (1.0 - 1.0 / slowdown) if slowdown > 1 else 0.0
+        label = "matmuls" if kind == "matmul" else "attention calls"
+        out.append({"kind": "pattern", "operator": f"unaligned {label} ({', '.join(axes)})", "input_shapes": None,
                     "dtypes": None, "phase": "forward+backward", "source": source,
-                    "calls_per_step": sum(r["calls_per_step"] for r in members),
-                    "kernels": f"{len(members)} matmul signatures", **{k: round(sum(r[k] for r in members), 2) for k in (
-                        "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us")},
-                    "reason": f"unaligned matmul shapes at {source} ({', '.join(axes)}; the cube wants multiples of "
-                              f"{int((cost_model().get('alignment') or {}).get('matmul', {}).get('multiple', 256))})",
-                    "fix": next((r["fix"] for r in members if r["fix"]), ""), "reason_kinds": ["pattern"]})
+                    "calls_per_step": sum(r["calls_per_step"] for r, _ in members),
+                    "kernels": f"{len(members)} {kind} signatures", "npu_time_us": round(penalty, 2),
+                    "cube_us": round(penalty, 2), "vector_us": 0.0, "aicpu_us": 0.0, "transdata_us": 0.0,
+                    "host_us": 0.0,
+                    "reason": f"unaligned {kind} shapes at {source} ({', '.join(axes)}; the cube wants multiples of "
+                              f"{rule.get('multiple')}): the alignment penalty (x{slowdown:g} on their cube time) "
+                              f"adds {penalty:,.0f} us of their {whole:,.0f} us",
+                    "fix": rule.get("fix", ""), "reason_kinds": ["pattern"]})
     return out
 
 
