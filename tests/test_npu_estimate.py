@@ -893,3 +893,25 @@ def test_unaligned_summary_rows_keep_matmuls_and_attention_apart_and_price_the_p
     members = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
                if r["kind"] == "operator" and r["operator"] == "aten::mm"]
     assert mm["npu_time_us"] == pytest.approx(sum(r["cube_us"] for r in members) * (1 - 1 / 1.3), rel=1e-3)
+
+
+def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
+    """npu_fusion_attention (FlashAttentionScore) is Atlas A2 only (op-plugin's doc): on a 910A SDPA is priced
+    as ATen's math path: q @ k^T, softmax, probs @ v, each product converting to FRACTAL_NZ; its gradient
+    as four products and the softmax gradient."""
+    from opscope.analysis.npu_estimate import build_basis, price
+    q = [64, 12, 197, 64]
+    ops = [_op("aten::scaled_dot_product_attention", [q, q, q], ["float"] * 3),
+           _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [q, q, q, q, q, [64, 12, 197]],
+               ["float"] * 6, phase="backward")]
+    basis = build_basis(ops, [Step(index=1), Step(index=2)])
+    b2 = {r["operator"]: r for r in price(basis, "910B2")["rows"] if r["kind"] == "operator"}
+    a = {r["operator"]: r for r in price(basis, "910A")["rows"] if r["kind"] == "operator"}
+    fwd, bwd = "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
+    assert b2[fwd]["kernels"] == "FlashAttentionScore" and "no-fused-kernel" not in b2[fwd]["reason_kinds"]
+    assert a[fwd]["kernels"] == "BatchMatMulV2, SoftmaxV2" and a[bwd]["kernels"] == "BatchMatMulV2, SoftmaxGrad"
+    assert "Atlas A2 and later only" in a[fwd]["reason"] and a[fwd]["transdata_us"] > 0
+    kernels = next(r for r in basis["rows"] if r["name"] == fwd)["alternative"]["kernels"]
+    heads, s, d = 64 * 12, 197, 64
+    assert [k["flops"] for k in kernels if k["type"] == "BatchMatMulV2"] == [2.0 * heads * s * d * s] * 2
+    assert sum(1 for k in kernels if k["type"] == "TransData") == 6

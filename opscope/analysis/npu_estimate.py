@@ -379,10 +379,15 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
     name = base_name(op.name)
     entry = (model.get("aten") or {}).get(name)
     reasons: list[dict] = []
+    alternative = None
     if entry:
         kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
         if entry.get("passes"):
             apply_passes(op, kernels, entry["passes"])
+        without = entry.get("without")
+        if without:   # the chips that lack this kernel run another decomposition
+            alternative = {"families": list(without["families"]), "why": without.get("why", ""), "kernels": [
+                _kernel_dict(k) for k in MODELS[without["model"]](op, list(without["kernels"]))]}
     elif third_party_kernel(op):
         kernels, reason = _third_party_kernels(op)
         reasons.append(reason)
@@ -414,6 +419,8 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
             "transdata_rule": rule_name,
             "transdata_910a": [_kernel_dict(k) for k in inserted_910a],
             "reasons": reasons}
+    if alternative:
+        row["alternative"] = alternative
     if op.library:   # the library call a user can act on (torchvision/ops/roi_align.py:NNN)
         row["library"] = op.library
     if fallback:   # what crosses to the host and back each call
@@ -557,6 +564,11 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         inserted = _kernels(row.get("transdata") or []) if _converts(row, family, model) else []
         if family == "910A":
             inserted += _kernels(row.get("transdata_910a") or [])
+        alternative = row.get("alternative") or {}
+        if family and family in (alternative.get("families") or []):   # this chip lacks the kernel
+            everything = _kernels(alternative.get("kernels") or [])
+            kernels = [k for k in everything if not k.inserted]
+            inserted = [k for k in everything if k.inserted]
         units: dict[str, float] = defaultdict(float)
         costliest: tuple[float, Kernel | None] = (-1.0, None)
         for k in kernels:
@@ -584,6 +596,9 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         totals["host"] += host
         totals["kernels"] += len(kernels) * n
         reasons = list(row.get("reasons") or [])
+        if family and family in (alternative.get("families") or []):
+            reasons.append({"kind": "no-fused-kernel", "text": f"{alternative.get('why') or 'no fused kernel here'} "
+                            f"({', '.join(dict.fromkeys(k.type for k in kernels))})", "fix": ""})
         if inserted and transdata > 0:
             reasons.append({"kind": "transdata", "text": f"{len(inserted)} TransData per call "
                             f"({', '.join(k.note for k in inserted[:3])}{'...' if len(inserted) > 3 else ''})",

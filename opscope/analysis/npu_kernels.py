@@ -177,6 +177,38 @@ def _model_attention(op, names) -> list[Kernel]:
     return [Kernel(names[0], "fa", flops, read + written, tensors[first][1], written=written)]
 
 
+def _model_attention_math(op, names) -> list[Kernel]:
+    """Attention as ATen's math path computes it where no fused kernel exists: scores = q @ k^T (batched),
+    softmax over them, out = probs @ v; its gradient: the two products' four gradients and the softmax's.
+    ``names``: [batched matmul, softmax, softmax grad].  On a chip whose cube reads FRACTAL_NZ, each product
+    converts its two operands and its result (TransData, as any matmul there)."""
+    tensors = op_tensors(op)
+    grad = "backward" in base_name(op.name)
+    first = 1 if grad and len(tensors) >= 4 else 0
+    if len(tensors) < first + 2:
+        return model_elementwise(op, names[:1])
+    (q, dtype), k = tensors[first], tensors[first + 1][0]
+    v = tensors[first + 2][0] if len(tensors) > first + 2 else k
+    if len(q) < 2 or len(k) < 2:
+        return model_elementwise(op, names[:1])
+    size = dtype_bytes(dtype)
+    heads, sq, d, skv, dv = numel(q[:-2]), q[-2], q[-1], k[-2], v[-1]
+    scores = heads * sq * skv * size
+    products = [(sq, d, skv), (sq, skv, dv)]              # q @ k^T, probs @ v
+    if grad:   # d(probs) = dout @ v^T, dv = probs^T @ dout, dq = dscores @ k, dk = dscores^T @ q
+        products = [(sq, dv, skv), (skv, sq, dv), (sq, skv, d), (skv, sq, d)]
+    kernels = []
+    for m, kk, n in products:
+        kernels.append(Kernel(names[0], "cube", 2.0 * heads * m * kk * n, heads * (m * kk + kk * n + m * n) * size,
+                              dtype, written=heads * m * n * size))
+        kernels += [Kernel("TransData", "vector", 0.0, 2.0 * heads * b * size, dtype, inserted=True,
+                           note=f"{heads}x{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
+                    for b, shape in ((m * kk, (m, kk)), (kk * n, (kk, n)), (m * n, (m, n)))]
+    soft = names[2] if grad and len(names) > 2 else names[1]
+    kernels.append(Kernel(soft, "vector", 0.0, (3 if grad else 2) * scores, dtype, written=scores))
+    return kernels
+
+
 def _model_pool(op, names) -> list[Kernel]:
     x = op.input_shapes[0]
     sc = op.scalars or []
@@ -317,7 +349,8 @@ def _model_resize(op, names) -> list[Kernel]:
 MODELS = {"conv": _model_conv, "conv_backward": _model_conv_backward, "matmul": _model_matmul,
           "attention": _model_attention, "pool": _model_pool, "pool_backward": _model_pool_backward,
           "elementwise": model_elementwise, "reduce": _model_reduce, "foreach": _model_foreach,
-          "resize": _model_resize, "concat": _model_concat, "fill_copy": _model_fill_copy}
+          "resize": _model_resize, "concat": _model_concat, "fill_copy": _model_fill_copy,
+          "attention_math": _model_attention_math}
 
 
 def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
