@@ -911,6 +911,8 @@ def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
     assert b2[fwd]["kernels"] == "FlashAttentionScore" and "no-fused-kernel" not in b2[fwd]["reason_kinds"]
     assert a[fwd]["kernels"] == "BatchMatMulV2, SoftmaxV2" and a[bwd]["kernels"] == "BatchMatMulV2, SoftmaxGrad"
     assert "Atlas A2 and later only" in a[fwd]["reason"] and a[fwd]["transdata_us"] > 0
+    # the fused kernel's alignment rule (D, S multiples of 128) is not the math path's
+    assert "unaligned attention" in b2[fwd]["reason"] and "unaligned attention" not in a[fwd]["reason"]
     kernels = next(r for r in basis["rows"] if r["name"] == fwd)["alternative"]["kernels"]
     heads, s, d = 64 * 12, 197, 64
     assert [k["flops"] for k in kernels if k["type"] == "BatchMatMulV2"] == [2.0 * heads * s * d * s] * 2

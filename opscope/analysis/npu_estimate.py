@@ -596,7 +596,8 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         totals["host"] += host
         totals["kernels"] += len(kernels) * n
         reasons = list(row.get("reasons") or [])
-        if family and family in (alternative.get("families") or []):
+        if family and family in (alternative.get("families") or []):   # the fused kernel's own rules do not apply
+            reasons = [r for r in reasons if not (r["kind"] == "alignment" and "attention" in r["text"])]
             reasons.append({"kind": "no-fused-kernel", "text": f"{alternative.get('why') or 'no fused kernel here'} "
                             f"({', '.join(dict.fromkeys(k.type for k in kernels))})", "fix": ""})
         if inserted and transdata > 0:
