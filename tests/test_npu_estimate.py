@@ -933,3 +933,14 @@ def test_batch_norm_converts_its_tensors_in_and_out_on_910b():
         ["64x256x56x56 -> NC1HWC0", "64x256x56x56 -> NCHW"]
     assert [k["note"] for k in rows["aten::native_batch_norm_backward"]["transdata"]] == \
         ["64x256x56x56 -> NC1HWC0", "64x256x56x56 -> NC1HWC0", "64x256x56x56 -> NCHW"]
+
+
+def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
+    """The grad-input product of a linear's backward (grad @ W) reads the same cast-once weight: its shape is
+    a parameter's (from the optimizer's updates), so only the gradient and the result convert."""
+    from opscope.analysis.npu_estimate import build_basis
+    w, grad = [4096, 1024], [512, 4096]
+    ops = [_op("aten::mm", [grad, w], phase="backward"),
+           _op("aten::add_", [w, w], phase="optimizer", calls=1)]
+    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")
+    assert [k["note"] for k in row["transdata_910a"]] == ["512x4096 <-> FRACTAL_NZ", "512x1024 <-> FRACTAL_NZ"]

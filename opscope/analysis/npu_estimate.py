@@ -237,11 +237,12 @@ def _build_basis(operators, steps, calls=None) -> dict:
     dynamic_shapes = Counter((op.name, op.source) for op in operators if op.dynamic)
     rows: list[dict] = []
     foreach_launches: set[str] = set()
+    weights = {tuple(s) for s in _parameter_shapes(operators, steady) if len(s) == 2}   # 2-D parameters
     for op in candidates:
         per_step = counts.get(_key(op.name, op.input_shapes, op.dtypes), 0.0) if counts \
             else _per_step(op, steady)
         if per_step:
-            rows.append(_basis_row(op, per_step, model, dynamic_shapes, foreach_launches))
+            rows.append(_basis_row(op, per_step, model, dynamic_shapes, foreach_launches, weights))
     _mark_repeats(rows, [c for c in calls if c.name in wanted] if calls else [], steady)
     patterns = match_fused_patterns(calls or [], model.get("fused_patterns") or [], views) if calls else []
     _mark_unfused(rows, patterns)
@@ -374,7 +375,8 @@ def _parameter_shapes(operators, steady: set[int]) -> list:
     return [list(shape) for shape, n in per_shape.items() for _ in range(max(round(n), 0))]
 
 
-def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreach_launches: set) -> dict:
+def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreach_launches: set,
+               weights: frozenset | set = frozenset()) -> dict:
     """One operator signature: the kernels it becomes and every reason it is slow."""
     name = base_name(op.name)
     entry = (model.get("aten") or {}).get(name)
@@ -405,7 +407,7 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
     if rule_name:
         rule = (model.get("transdata") or {}).get(rule_name) or {}
         inserted = transdata(op, rule, kernels)
-    inserted_910a = nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"))
+    inserted_910a = nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"), weights)
     reasons += _run_reasons(op, dynamic_shapes)
     fallback = op.verdict == "cpu-fallback"
     row = {"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,

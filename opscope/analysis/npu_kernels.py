@@ -395,9 +395,11 @@ def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
     return out
 
 
-def nz_transdata(op, rule: dict | None) -> list[Kernel]:
+def nz_transdata(op, rule: dict | None, weights: frozenset | set = frozenset()) -> list[Kernel]:
     """ND <-> FRACTAL_NZ around a matmul (chips whose cube reads NZ only: the rule's families); each
-    converted tensor is read and written once."""
+    converted tensor is read and written once.  The second operand is not converted when it is a weight
+    already cast to FRACTAL_NZ: any operand of an operator the rule lists in ``cast_once``, or one whose
+    shape (either way round) is a 2-D parameter's (``weights``: a linear's backward reads it too)."""
     dims = matmul_dims(op) if rule and base_name(op.name) in MATMULS else None
     if dims is None:
         return []
@@ -405,7 +407,12 @@ def nz_transdata(op, rule: dict | None) -> list[Kernel]:
     size = dtype_bytes(_float_dtype(op))
     moved = [batch * m * k * size, k * n * size, batch * m * n * size]   # a, b in; the result back to ND
     shapes = [[batch * m, k], [k, n], [batch * m, n]]
-    if base_name(op.name) in (rule or {}).get("cast_once", []):   # b: a weight already in FRACTAL_NZ
+    operands = [tuple(shape) for shape, _ in op_tensors(op)]
+    if base_name(op.name) in ("addmm", "baddbmm"):   # the bias comes first
+        operands = operands[1:]
+    second = operands[1] if len(operands) > 1 else ()
+    if base_name(op.name) in (rule or {}).get("cast_once", []) or \
+            (len(second) == 2 and (second in weights or second[::-1] in weights)):   # already FRACTAL_NZ
         moved, shapes = [moved[0], moved[2]], [shapes[0], shapes[2]]
     return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
                    note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
