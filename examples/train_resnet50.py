@@ -127,6 +127,8 @@ def main():
             images = images.cuda(args.gpu, non_blocking=True)
             target = target.cuda(args.gpu, non_blocking=True)
             output = model(images)
+            if isinstance(output, tuple):   # inception_v3 / googlenet in training: (logits, aux logits)
+                output = output[0]
             loss = criterion(output, target)
             optimizer.zero_grad()
             loss.backward()
