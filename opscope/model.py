@@ -137,11 +137,12 @@ class OpCall(_Record):
     origins: list = field(default_factory=list)   # ids of the shape origins of its inputs (capture side data)
     count: int = 1         # identical calls folded into this record (a step's repeats, a table row's
     #                        "# of Calls", a scan operator's share of a step); times are summed
+    library: str | None = None
+    # (last: a steps.jsonl row of an older capture lacks them, and its columns are read by position)
     repeats: int = 0       # of ``count``, those that re-ran the call just before them on the same tensors'
     #                        shapes (back to back at the top level, or inside such a call: a loop over one op)
     order: list = field(default_factory=list)   # a top-level record's places in its step's top-level call
     #                        sequence (the first steps only): the op stream's order, which folding loses
-    library: str | None = None
 
     def signature(self, frozen: dict | None = None) -> tuple:
         """(name, overload, shapes, dtypes), hashable; ``frozen``: see ``freeze_shared``."""

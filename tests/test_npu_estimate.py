@@ -942,3 +942,46 @@ def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
            _op("aten::add_", [w, w], phase="optimizer", calls=1)]
     row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")
     assert [k["note"] for k in row["transdata_910a"]] == ["512x4096 <-> FRACTAL_NZ", "512x1024 <-> FRACTAL_NZ"]
+
+
+def test_a_signature_is_free_only_when_none_of_its_calls_launches():
+    """An operator keeps its first call's arguments: a sanity-check validation's dropout(train=False) first must
+    not make the training calls of the same signature free (the call stream says which calls launch)."""
+    from opscope.analysis.npu_estimate import build_basis
+    x = [64, 197, 768]
+    op = _op("aten::dropout", [x, [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, False], calls=13)
+    calls = [_call("aten::dropout", [x, [], []], step=2, count=1), _call("aten::dropout", [x, [], []], step=2, count=12)]
+    calls[0].dtypes = calls[1].dtypes = ["float", "Scalar", "Scalar"]
+    calls[0].scalars, calls[1].scalars = [None, 0.1, False], [None, 0.1, True]
+    rows = build_basis([op], [Step(index=1), Step(index=2)], calls)["rows"]
+    assert len(rows) == 1 and rows[0]["calls_per_step"] == 13
+    calls[1].scalars = [None, 0.0, True]   # every call a no-op: no row
+    assert build_basis([op], [Step(index=1), Step(index=2)], calls)["rows"] == []
+
+
+def test_new_zeros_writes_its_size_argument():
+    from opscope.analysis.npu_estimate import build_basis
+    op = _op("aten::new_zeros", [[1], [], [], [], [], []], ["float"] + ["ScalarList"] + [""] * 4,
+             scalars=[None, [4096, 4096], None, None, None, None])
+    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    assert (kernel["type"], kernel["bytes"]) == ("ZerosLike", 4096 * 4096 * 4)
+
+
+def test_l2_is_not_credited_twice_nor_to_a_kernel_whose_writes_are_unknown():
+    from opscope.analysis.npu_cost import Kernel, kernel_time_us, resolve_chip
+    _, b2 = resolve_chip("910B2")
+    relu = Kernel("Relu", "vector", bytes=100e6, written=50e6)   # its fitted rate was reached in L2 already
+    assert kernel_time_us(Kernel("Relu", "vector", bytes=100e6, written=50e6, warm=1.0), b2) == \
+        kernel_time_us(relu, b2)
+    unknown = Kernel("Add", "vector", bytes=100e6)   # no written bytes: the read/write split is unknown
+    assert kernel_time_us(Kernel("Add", "vector", bytes=100e6, warm=1.0), b2) == kernel_time_us(unknown, b2)
+
+
+def test_a_weight_gradient_product_converts_its_activation_even_when_shaped_like_a_weight():
+    """Linear(784 -> 256) at batch 256: the weight-gradient product grad^T @ x yields the weight's shape, so its
+    [256, 784] operand x is an activation, not the cast-once weight."""
+    from opscope.analysis.npu_estimate import build_basis
+    ops = [_op("aten::mm", [[256, 256], [256, 784]], phase="backward"),
+           _op("aten::add_", [[256, 784], [256, 784]], phase="optimizer")]
+    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")
+    assert len(row["transdata_910a"]) == 3

@@ -210,7 +210,10 @@ def l2_share(kernel: Kernel, chip: dict) -> tuple[float, float]:
     tensors the launch before touched (``kernel.warm``) whose bytes fit the chip's L2 (npu_cost_model.yaml
     ``l2``); (0, 1) on a chip with no L2 figure or for a kernel larger than its L2."""
     speedup = float((cost_model().get("l2") or {}).get("read_speedup", 1.0))
-    if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not _fits_l2(kernel, chip) or speedup <= 1.0:
+    if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not _fits_l2(kernel, chip) or speedup <= 1.0 \
+            or kernel.written <= 0:   # how its bytes split into reads and writes is not known
+        return 0.0, 1.0
+    if vector_rate(kernel, chip)[0] > float(chip.get("hbm_gbps") or 0):   # its rate was fitted on data in L2
         return 0.0, 1.0
     return min(kernel.warm, 1.0), speedup
 

@@ -226,9 +226,15 @@ def _build_basis(operators, steps, calls=None) -> dict:
     registered = {base_name(n) for n, v in verdict_of.items() if v == "native" and base_name(n) not in views}
     kernel_ops = frozenset(op.name for op in operators if third_party_kernel(op))
     aten = model.get("aten") or {}
+    # a signature launches nothing only when none of its calls does (an operator keeps its first call's
+    # arguments: a validation pass's dropout(train=False) before training must not free the training calls)
+    launching = {_key(c.name, c.input_shapes, c.dtypes) for c in calls or []
+                 if (aten.get(base_name(c.name)) or {}).get("free_when")
+                 and not launches_nothing(c, aten.get(base_name(c.name)) or {})}
     candidates = [op for op in operators if op.verdict != "not-applicable" and op.phase != "other"
                   and not op.import_time and base_name(op.name) not in views
-                  and not launches_nothing(op, aten.get(base_name(op.name)) or {})
+                  and (not launches_nothing(op, aten.get(base_name(op.name)) or {})
+                       or _key(op.name, op.input_shapes, op.dtypes) in launching)
                   and not composite_wrapper(op, mapped, has_children)
                   and not _nested_in_priced(op, parent_of, mapped | registered, kernel_ops)]
     _recover_tensor_lists(candidates, operators, steady)

@@ -301,7 +301,7 @@ def _model_concat(op, names) -> list[Kernel]:
 def _model_fill_copy(op, names) -> list[Kernel]:
     """select_backward / slice_backward (grad, input_sizes, ...): zero a tensor of the input's size, then
     copy the gradient into its slice: the first kernel writes the whole input size, the second reads and
-    writes the gradient."""
+    writes the gradient.  With one kernel name (new_zeros(self, size)): the zero fill of ``size`` alone."""
     tensors = op_tensors(op)
     if not tensors:
         return model_elementwise(op, names)
@@ -309,8 +309,10 @@ def _model_fill_copy(op, names) -> list[Kernel]:
     size = dtype_bytes(dtype)
     full = next((s for s in (op.scalars or [])[1:2] if isinstance(s, list) and s
                  and all(isinstance(d, int) for d in s)), grad)
-    return [Kernel(names[0], "vector", 0.0, numel(full) * size, dtype, written=numel(full) * size),
-            Kernel(names[1], "vector", 0.0, 2.0 * numel(grad) * size, dtype, written=numel(grad) * size)][:len(names)]
+    kernels = [Kernel(names[0], "vector", 0.0, numel(full) * size, dtype, written=numel(full) * size)]
+    if len(names) > 1:
+        kernels.append(Kernel(names[1], "vector", 0.0, 2.0 * numel(grad) * size, dtype, written=numel(grad) * size))
+    return kernels
 
 
 def launches_nothing(op, entry: dict) -> bool:
@@ -411,8 +413,10 @@ def nz_transdata(op, rule: dict | None, weights: frozenset | set = frozenset()) 
     if base_name(op.name) in ("addmm", "baddbmm"):   # the bias comes first
         operands = operands[1:]
     second = operands[1] if len(operands) > 1 else ()
+    result = (batch * m, n)   # a weight-gradient product yields a parameter's shape: its operands are activations
     if base_name(op.name) in (rule or {}).get("cast_once", []) or \
-            (len(second) == 2 and (second in weights or second[::-1] in weights)):   # already FRACTAL_NZ
+            (len(second) == 2 and (second in weights or second[::-1] in weights)
+             and result not in weights and result[::-1] not in weights):   # already FRACTAL_NZ
         moved, shapes = [moved[0], moved[2]], [shapes[0], shapes[2]]
     return [Kernel("TransData", "vector", 0.0, 2.0 * b, _float_dtype(op), inserted=True,
                    note=f"{'x'.join(map(str, shape))} <-> FRACTAL_NZ")
