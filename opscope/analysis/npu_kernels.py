@@ -361,11 +361,7 @@ def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
     dtype = _float_dtype(op)
     size = dtype_bytes(dtype)
     c0_cube = 8 if size == 4 else 16
-    name = base_name(op.name)
-    # a convolution's backward computes the input's gradient when asked (BackpropInput); pooling's and batch
-    # norm's always do
-    input_grad = any(k.type.endswith("BackpropInput") for k in kernels) or \
-        (name.endswith("_backward") and "convolution" not in name)
+    input_grad = any(k.type.endswith("BackpropInput") for k in kernels) or base_name(op.name).endswith("pool2d_with_indices_backward")
     out = []
     for spec in rule.get("tensors") or []:
         if spec.get("when") == "input_grad" and not input_grad:
@@ -375,12 +371,10 @@ def transdata(op, rule: dict, kernels: list[Kernel]) -> list[Kernel]:
             idx = int(which[5:])
             shape = shapes[idx] if idx < len(shapes) else None
         elif which == "output":
-            shape = _conv_out(op) if name in ("convolution", "_convolution") else None
-            if shape is None and kernels and name.startswith("max_pool2d"):
+            shape = _conv_out(op) if base_name(op.name) in ("convolution", "_convolution") else None
+            if shape is None and kernels and base_name(op.name).startswith("max_pool2d"):
                 x = shapes[0]
                 shape = [x[0], x[1], max(1, x[2] // 2), max(1, x[3] // 2)] if len(x) == 4 else x
-            elif shape is None and name not in ("convolution", "_convolution") and shapes:
-                shape = shapes[0]   # batch norm and the like: the output is the input's shape
         elif which == "weight_grad":
             shape = shapes[2] if len(shapes) > 2 else None
         elif which == "input_grad":
