@@ -194,10 +194,7 @@ def vector_rate(kernel: Kernel, chip: dict) -> tuple[float, bool]:
     """(GB/s of a vector kernel on ``chip``, whether it was capped): its type's achieved rate scaled to the
     chip's HBM, at most the chip's HBM bandwidth for a kernel larger than its L2 (or on a chip with no L2
     figure): a rate above HBM (Relu, ReluGrad) was reached on data held in L2 (npu_cost_model.yaml ``l2``)."""
-    model = cost_model()
-    params = kernel_params(kernel.type)
-    ref_hbm = float((model.get("reference") or {}).get("hbm_gbps", 1600))
-    hbm = float(chip.get("hbm_gbps") or ref_hbm)
+    model, params, _, ref_hbm, hbm, _ = _pricing_inputs(kernel, chip)
     gbps = float(params.get("gbps", (model.get("kernels") or {}).get("default_vector", {}).get("gbps", 600)))
     rate = gbps * hbm / ref_hbm
     if rate > hbm and not _fits_l2(kernel, chip):
@@ -213,7 +210,7 @@ def l2_share(kernel: Kernel, chip: dict) -> tuple[float, float]:
     if kernel.warm <= 0 or kernel.unit not in ("vector", "") or not _fits_l2(kernel, chip) or speedup <= 1.0 \
             or kernel.written <= 0:   # how its bytes split into reads and writes is not known
         return 0.0, 1.0
-    if vector_rate(kernel, chip)[0] > float(chip.get("hbm_gbps") or 0):   # its rate was fitted on data in L2
+    if vector_rate(kernel, chip)[0] > _pricing_inputs(kernel, chip)[4]:   # its rate was fitted on data in L2
         return 0.0, 1.0
     return min(kernel.warm, 1.0), speedup
 

@@ -263,15 +263,19 @@ def rebuild_basis(operators, steps, old: dict) -> dict:
     basis = build_basis(operators, steps)
     basis["patterns"] = old.get("patterns") or []
     _mark_unfused(basis["rows"], basis["patterns"])
-    warm = {_key(r.get("name"), r.get("input_shapes"), r.get("dtypes")):
-            max((float(k.get("warm") or 0.0) for k in r.get("kernels") or []), default=0.0)
-            for r in old.get("rows") or []}
-    for row in basis["rows"]:
-        share = warm.get(_key(row["name"], row["input_shapes"], row["dtypes"]))
+    _put_warm(basis["rows"], {_key(r.get("name"), r.get("input_shapes"), r.get("dtypes")):
+                              max((float(k.get("warm") or 0.0) for k in r.get("kernels") or []), default=0.0)
+                              for r in old.get("rows") or []})
+    return basis
+
+
+def _put_warm(rows: list[dict], shares: dict[tuple, float]) -> None:
+    """Each row's re-run share (by signature key) on its vector kernels (``Kernel.warm``)."""
+    for row in rows:
+        share = shares.get(_key(row["name"], row["input_shapes"], row["dtypes"]))
         for kernel in row["kernels"] if share else ():
             if kernel.get("unit") == "vector":
                 kernel["warm"] = share
-    return basis
 
 
 _REPEAT_PHASES = ("forward", "eval")
@@ -292,12 +296,7 @@ def _mark_repeats(rows: list[dict], calls, steady: set[int]) -> None:
         key = _key(c.name, c.input_shapes, c.dtypes)
         if c.step in steady and key in ran:
             ran[key][1] += max(int(c.count or 1), 1)
-    for row in rows:
-        repeats, total = ran.get(_key(row["name"], row["input_shapes"], row["dtypes"]), (0, 0))
-        if repeats and total:
-            for kernel in row["kernels"]:
-                if kernel.get("unit") == "vector":
-                    kernel["warm"] = round(min(repeats / total, 1.0), 3)
+    _put_warm(rows, {key: round(min(repeats / total, 1.0), 3) for key, (repeats, total) in ran.items() if total})
 
 
 _LIST_KINDS = {"TensorList": "T", "Scalar": "S", "ScalarList": "S"}
@@ -573,7 +572,8 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         if family == "910A":
             inserted += _kernels(row.get("transdata_910a") or [])
         alternative = row.get("alternative") or {}
-        if family and family in (alternative.get("families") or []):   # this chip lacks the kernel
+        lacks_kernel = bool(family) and family in (alternative.get("families") or [])
+        if lacks_kernel:   # this chip lacks the kernel: the alternative decomposition runs
             everything = _kernels(alternative.get("kernels") or [])
             kernels = [k for k in everything if not k.inserted]
             inserted = [k for k in everything if k.inserted]
@@ -604,7 +604,7 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
         totals["host"] += host
         totals["kernels"] += len(kernels) * n
         reasons = list(row.get("reasons") or [])
-        if family and family in (alternative.get("families") or []):   # the fused kernel's own rules do not apply
+        if lacks_kernel:   # the fused kernel's own rules do not apply
             reasons = [r for r in reasons if not (r["kind"] == "alignment" and "attention" in r["text"])]
             reasons.append({"kind": "no-fused-kernel", "text": f"{alternative.get('why') or 'no fused kernel here'} "
                             f"({', '.join(dict.fromkeys(k.type for k in kernels))})", "fix": ""})
