@@ -225,3 +225,14 @@ def test_pip_compile_requirements_with_hashes_and_continuations_are_read(tmp_pat
     assert [(r["line"], str(r["requirement"])) for r in rows] == [(1, "torch==2.5.1"), (4, "torchvision==0.20.1"),
                                                                    (6, "numpy>=1.2")]
     assert notes == []
+
+
+def test_a_bundled_example_is_not_judged_by_opscopes_own_project_file():
+    """examples/ lies in opscope's checkout: its pyproject.toml is the tool's, not the script's project."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "pyproject.toml").is_file()
+    requirements, files, notes = project_requirements(str(root / "examples" / "train_cnn.py"))
+    assert str(root / "pyproject.toml") not in files and requirements == []
+    assert any("opscope's own project folder" in n for n in notes)
+    env = environment_against(PLANNED, script=str(root / "examples" / "train_cnn.py"))
+    assert not any("pyproject.toml" in c["where"] for c in env["changes"])

@@ -86,9 +86,23 @@ def project_folders(script: str | None, cwd: str | None = None) -> list[Path]:
     return folders
 
 
-def requirement_files(folders: list[Path]) -> list[Path]:
+def _tool_root() -> Path:
+    """The folder holding opscope's own source tree (its checkout, when opscope is installed from one)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def requirement_files(folders: list[Path], notes: list[str] | None = None) -> list[Path]:
+    """Requirement and project files of ``folders``; never opscope's own (a bundled example's parents)."""
     files: list[Path] = []
+    tool = _tool_root()
     for folder in folders:
+        if folder == tool and (folder / "opscope" / "__init__.py").is_file():
+            # the script lies inside opscope's own checkout (a bundled example): the project file there
+            # states what opscope needs, not what the script's job runs on
+            if notes is not None:
+                notes.append(f"{folder}: opscope's own project folder, not the script's: its requirement "
+                             "files were not read")
+            break
         try:
             found = sorted(folder.glob("requirements*.txt")) + sorted(folder.glob("requirements/*.txt"))
         except OSError:
@@ -202,7 +216,7 @@ def parse_pyproject(path: Path, notes: list[str]) -> list[dict]:
 def project_requirements(script: str | None, cwd: str | None = None) -> tuple[list[dict], list[str], list[str]]:
     """(requirements, files read, notes) near the scanned script."""
     notes: list[str] = []
-    files = requirement_files(project_folders(script, cwd))
+    files = requirement_files(project_folders(script, cwd), notes)
     requirements: list[dict] = []
     for path in files:
         parser = parse_pyproject if path.name == "pyproject.toml" else parse_requirements_txt
@@ -210,7 +224,7 @@ def project_requirements(script: str | None, cwd: str | None = None) -> tuple[li
             requirements.extend(parser(path, notes))
         except Exception as exc:   # never a traceback for a user's file
             notes.append(f"{path}: skipped ({exc.__class__.__name__}: {exc})")
-    if not files:
+    if not files and not any("opscope's own project folder" in n for n in notes):
         notes.append("no requirements*.txt or pyproject.toml in the script's folder or its parents up to the "
                      "project root")
     return requirements, [str(p) for p in files], notes
