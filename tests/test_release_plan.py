@@ -236,3 +236,17 @@ def test_a_bundled_example_is_not_judged_by_opscopes_own_project_file():
     assert any("opscope's own project folder" in n for n in notes)
     env = environment_against(PLANNED, script=str(root / "examples" / "train_cnn.py"))
     assert not any("pyproject.toml" in c["where"] for c in env["changes"])
+
+
+def test_the_plan_says_why_it_installs_an_older_release_than_the_newest_that_runs_the_job():
+    """Judged for the newest release, the plan may install an older one: every format says why, where it prints it."""
+    plan = build_plan([])
+    from opscope.report import plan_view
+    newest, planned = plan["newest"]["torch_npu"], plan["planned"]["torch_npu"]
+    line = plan_view.choice_line(plan)
+    if newest == planned:   # a matrix whose newest release has a stated CANN pairing: nothing to explain
+        assert line is None
+        return
+    assert line.startswith(f"Why {planned}: {newest} runs as many operators natively")
+    assert "CANN pairing" in line and len(line) < 140   # one terminal line, not wrapped
+    assert plan_view.choice_line({**plan, "planned": {**plan["newest"]}}) is None

@@ -185,12 +185,13 @@ def _choose(best: list[str], target: str | None) -> tuple[str, str]:
     facts = {v: release_facts(v) for v in best}
     verified = [v for v in best if facts[v]["cann"] and not facts[v]["cann_inferred"]]
     if verified:
-        return verified[-1], ("the newest of the best releases whose CANN pairing Ascend's compatibility table "
-                              "states")
+        return verified[-1], ("the newest release with the fewest operators not running natively whose CANN "
+                              "pairing Ascend's compatibility table states")
     inferred = [v for v in best if facts[v]["cann"]]
     if inferred:
-        return inferred[-1], "the newest of the best releases with a CANN pairing (inferred from its release branch)"
-    return best[-1], "the newest of the best releases (no CANN pairing known for any of them)"
+        return inferred[-1], ("the newest release with the fewest operators not running natively that has a CANN "
+                              "pairing (inferred from its release branch)")
+    return best[-1], "the newest release with the fewest operators not running natively (no CANN pairing known)"
 
 
 def build_plan(operators, target: str | None = None, uses_device: bool | None = None,

@@ -147,7 +147,8 @@ def _plan_context(plan: dict | None, result: ScanResult) -> dict | None:
     if not plan:
         return None
     from opscope.report import plan_view
-    return {"summary": plan_view.summary_line(plan), "chip": plan_view.chip_line(result),
+    return {"summary": plan_view.summary_line(plan), "choice": plan_view.choice_line(plan),
+            "chip": plan_view.chip_line(result),
             "changes": plan_view.change_rows(plan),
             "change_headers": plan_view.CHANGE_HEADERS, "blockers": plan_view.blocker_rows(plan),
             "blocker_headers": plan_view.BLOCKER_HEADERS, "install": plan_view.install_text(plan),

@@ -138,6 +138,9 @@ def _plan_lines(result: ScanResult) -> list[str]:
     from opscope.report import plan_view
     plan = result.plan
     out = ["", "## Port plan", "", _cell(plan_view.summary_line(plan))]
+    choice = plan_view.choice_line(plan)
+    if choice:
+        out += ["", _cell(choice)]
     chip = plan_view.chip_line(result)
     if chip:
         out += ["", _cell(chip)]

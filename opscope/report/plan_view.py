@@ -41,6 +41,18 @@ def summary_line(plan: dict) -> str:
     return f"Port plan: install {release_text(planned)}; {where}."
 
 
+def choice_line(plan: dict) -> str | None:
+    """Why the plan installs an older release than the newest that runs as many operators natively."""
+    planned, newest = plan.get("planned") or {}, plan.get("newest") or {}
+    if not newest.get("torch_npu") or newest.get("torch_npu") == planned.get("torch_npu"):
+        return None
+    if planned.get("why") == "asked for with --target":
+        return f"Why {planned.get('torch_npu')}: asked for with --target."
+    pairing = "only an inferred CANN pairing" if newest.get("cann") else "no CANN pairing"
+    return (f"Why {planned.get('torch_npu')}: {newest['torch_npu']} runs as many operators natively, but has "
+            f"{pairing} in Ascend's compatibility table yet.")
+
+
 def change_rows(plan: dict) -> list[list[str]]:
     """What in the scanned environment and the project's requirement files must change for the plan."""
     env = plan.get("environment") or {}

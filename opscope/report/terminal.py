@@ -266,6 +266,9 @@ def print_plan(result: ScanResult, console: Console, run_dir: str) -> None:
         return
     from opscope.report import plan_view
     console.print(escape(plan_view.summary_line(plan)))
+    choice = plan_view.choice_line(plan)
+    if choice:
+        console.print(f"  {escape(choice)}")
     chip = plan_view.chip_line(result)
     if chip:
         console.print(f"  {escape(chip)}")

@@ -169,6 +169,9 @@ def build_workbook(result: ScanResult):
         from opscope.report import plan_view
         plan = result.plan
         plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
+        choice = plan_view.choice_line(plan)
+        if choice:
+            plan_rows.append(["why this release", "", "", "", choice])
         chip = plan_view.chip_line(result)
         if chip:
             plan_rows.append(["chip", "", "", "", chip])
