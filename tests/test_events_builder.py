@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from opscope.model import DEVICE, HOST, HOST_BATCH, IMPORT
-from opscope.parsers.calls import MARK, OPERATOR, PRIVATE, CallBuilder, Reading
+from opscope.parsers.calls import MARK, OPERATOR, PRIVATE, CallBuilder, Launch, Reading
 
 VOCABULARY = {HOST, DEVICE, IMPORT, HOST_BATCH}
 
@@ -67,12 +67,12 @@ def test_builder_nests_folds_and_charges_device_time():
     # (start, duration, name, seq, correlation, step, shapes)
     records = [(0, 100, "aten::conv", 1, 10, 3, [[1]]), (10, 20, "aten::empty", 2, 11, 3, [[2]]),
                (40, 50, "mkldnn_conv", -1, 12, 3, None), (45, 5, "aten::empty", 3, 13, 3, [[3]]),
-               (50, 1, "launch", -1, 14, 3, None), (200, 30, "opscope.backward", 7, 15, 3, None),
+               (50, 1, "launch", -1, Launch(14), 3, None), (200, 30, "opscope.backward", 7, 15, 3, None),
                (205, 10, "aten::empty", 8, 16, 3, [[4]])]
     builder = CallBuilder(_reading(private_label="{} (private)"))
     builder.add_thread(list(reversed(records)), thread=5)
     builder.close()
-    builder.charge(builder.owner_of_launch(14), 7.0)
+    builder.charge(builder.owner_of_device(14), 7.0)
     conv, empty, late = builder.finish()
     assert (conv.name, conv.parent, conv.children) == ("aten::conv", None, ["aten::empty", "mkldnn_conv (private)"])
     assert conv.self_time_us == 100 - 20 and conv.total_time_us == 100   # the folded kernel's op is not a call

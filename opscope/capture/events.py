@@ -14,7 +14,7 @@ from typing import Any
 from opscope.capture.device_memory import MEMORY_EVENT, MEMORY_MARK, is_phase_range
 from opscope.knowledge import is_backend_private
 from opscope.model import OpCall, freeze
-from opscope.parsers.calls import MARK, MODE, OPERATOR, PRIVATE, TABLE, CallBuilder, Reading
+from opscope.parsers.calls import MARK, MODE, OPERATOR, PRIVATE, TABLE, CallBuilder, Launch, Reading
 
 BOOKKEEPING_PREFIXES = ("profiler::", "autograd::engine::", "torch::autograd::", "ProfilerStep#")
 
@@ -81,8 +81,39 @@ def _details(rec: tuple) -> tuple:
 try:
     from torch._C._autograd import _KinetoEvent as _Event
     _STRUCTURED = hasattr(_Event, "structured_input_shapes")
+    _ACTIVITY = hasattr(_Event, "activity_type")
+    _USER_ANNOTATION = hasattr(_Event, "is_user_annotation")
 except ImportError:  # pragma: no cover
-    _STRUCTURED = False
+    _STRUCTURED = _ACTIVITY = _USER_ANNOTATION = False
+
+# Kineto's activity types (``_KinetoEvent.activity_type()``) of a host-side call into the device runtime that
+# starts device work, and of the device work itself: what an operator's device time is made of (never a
+# device-side copy of a host annotation, ``gpu_user_annotation``, nor a synchronisation wait)
+LAUNCH_TYPES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "privateuse1_runtime",
+                          "privateuse1_driver", "mtia_runtime"})
+TASK_TYPES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+
+def _launch(e, name: str) -> Launch | None:
+    """The ids of a host event that is a device runtime call, None for a profiler range (operator, annotation).
+
+    Read while the step's events are all alive: ``linked_correlation_id()`` follows a weak reference to the
+    operator the call was made in, which is gone once that operator's own event has been released."""
+    if "::" in name:
+        return None         # an operator or the profiler's bookkeeping: no runtime call has '::' in its name
+    if _ACTIVITY:
+        if e.activity_type() not in LAUNCH_TYPES:
+            return None
+        return Launch(e.correlation_id(), e.linked_correlation_id())
+    linked = e.linked_correlation_id()   # older torch: only a Kineto activity (a runtime call) links to an op
+    return Launch(e.correlation_id(), linked) if linked else None
+
+
+def _is_task(e) -> bool:
+    """A device event that is work on the device (kernel, copy, memset), not an annotation or a wait."""
+    if _ACTIVITY:
+        return e.activity_type() in TASK_TYPES
+    return not (_USER_ANNOTATION and e.is_user_annotation())
 
 
 # Kineto's clock is exact (ns); a backend-private kernel is listed in its operator's children by this label
@@ -127,7 +158,8 @@ def calls_from_kineto(events: list, step: int, table_entries: list, main_thread:
         kind = e.device_type()
         if kind == _CPU if _CPU is not None else str(kind).endswith("CPU"):
             tid = e.start_thread_id()
-            rec = (e.start_ns(), e.duration_ns(), name, e.sequence_nr(), e.correlation_id(), step, e)
+            corr = _launch(e, name) or e.correlation_id()
+            rec = (e.start_ns(), e.duration_ns(), name, e.sequence_nr(), corr, step, e)
             if memory is not None and is_phase_range(name):
                 memory["ranges"].append((rec[0], rec[0] + rec[1], name))
             records = threads.get(tid)
@@ -135,18 +167,19 @@ def calls_from_kineto(events: list, step: int, table_entries: list, main_thread:
                 threads[tid] = [rec]
             else:
                 records.append(rec)
-        else:
-            device.append(e)
+        elif _is_task(e):
+            # its ids and duration now: its link to the operator that launched it is a weak reference
+            device.append((e.correlation_id(), e.linked_correlation_id(), e.duration_ns()))
     if release:
         events.clear()   # the records hold what is still needed; each event is dropped once it is built
     builder = CallBuilder(KINETO, table_entries)
     for tid in sorted(threads):
         builder.add_thread(threads[tid], tid)
     builder.close()
-    for k in device:   # kernel time to the op that launched it (runtime launch -> enclosing op)
-        owner = builder.owner_of_launch(k.linked_correlation_id())
+    for correlation, linked, duration in device:   # device time to the operator that launched the task
+        owner = builder.owner_of_device(correlation, linked)
         if owner is not None:
-            builder.charge(owner, k.duration_ns() / 1000.0)
+            builder.charge(owner, duration / 1000.0)
     return builder.finish()
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from opscope.model import DEVICE, HOST, HOST_BATCH, OpCall, Step
 
@@ -29,6 +29,18 @@ PRIVATE = 1     # a backend's own kernel (mkldnn_*, aclnn*): its time belongs to
 MARK = 2        # a range that is no operator (annotation, runtime call): may open a phase or a step
 TABLE = 3       # ``opscope#N``: the capture's source-table entry N applies inside it
 MODE = 4        # a Python dispatch mode implementing the enclosing operator: what runs inside is its own
+
+
+class Launch(NamedTuple):
+    """The correlation slot of a host record that is a device launch (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``cudaMemcpyAsync``: a CUDA runtime or driver call), not a host range.
+
+    Two id spaces never mix: ``correlation`` is the launch's own id in the device runtime's space (CUPTI's: the
+    kernel, copy or memset it started carries the same one), ``linked`` the id of the host range that was open
+    when it was called, in the host space every other record's correlation id is in (the trace's
+    ``External id``; 0 or None when none was)."""
+    correlation: Any
+    linked: Any = None
 
 
 @dataclass(frozen=True)
@@ -62,8 +74,11 @@ class CallBuilder:
         self.table = table
         self.calls: list[OpCall] = []
         self.parent_of: list[int] = []            # call index -> its parent operator's index (-1: none)
-        self.by_corr: dict = {}                   # correlation id -> operator index
-        self.launch_owner: dict = {}              # correlation id of a launch inside an operator -> its index
+        # host-space correlation id (the trace's External id) of a host range -> the operator it belongs to:
+        # an operator's own, and an annotation's, a backend-private kernel's or a folded operator's (its owner)
+        self.by_corr: dict = {}
+        self.launch_owner: dict = {}              # device-space id of a launch inside an operator -> its index
+        self.launch_link: dict = {}               # device-space id of a launch -> the host-space id it links to
         self.thread_index: dict | None = {} if index_threads else None  # thread -> (starts, ends, owners)
         self.windows: list = []                   # (start, end, step) of step ranges
         self.steps: dict[int, Step] = {}
@@ -129,8 +144,14 @@ class CallBuilder:
                 # (a value read under a phase range), and what follows it is the job's work again
                 ctx = (owner, ann, ph, step, bw_seq, folded or owner is not None)
             elif kind == MARK:
-                if owner is not None and corr is not None:   # e.g. cudaLaunchKernel: its kernel is this op's
-                    launch_owner[corr] = owner
+                if corr is not None:
+                    if type(corr) is Launch:   # e.g. cudaLaunchKernel: its kernel is this op's
+                        if owner is not None:
+                            launch_owner[corr.correlation] = owner
+                        if corr.linked:
+                            self.launch_link[corr.correlation] = corr.linked
+                    elif owner is not None:    # an annotation inside an operator: what it launches is the op's
+                        by_corr[corr] = owner
                 phase = phase_of(name)
                 if phase is not None:
                     ph = phase
@@ -144,8 +165,12 @@ class CallBuilder:
                         steps.setdefault(step_no, Step(index=step_no)).duration_us += dur / per_us
                 ctx = (owner, ann, ph, step, bw_seq, folded)
             elif folded and not fold_all:
-                pass                # an operator inside a folded kernel: its time is already in the owner
+                # an operator inside a folded kernel: its time is already in the owner, and so is what it launches
+                if owner is not None and corr is not None:
+                    by_corr[corr] = owner
             elif kind == PRIVATE:
+                if owner is not None and corr is not None:
+                    by_corr[corr] = owner
                 if owner is not None:
                     children = calls[owner].children
                     child = label.format(name)
@@ -199,10 +224,23 @@ class CallBuilder:
         if thread_index is not None:
             thread_index[thread_key] = (starts, ends, owners)
 
-    def owner_of_launch(self, corr) -> int | None:
-        """The operator whose launch (or own event) has correlation id ``corr``."""
-        owner = self.launch_owner.get(corr)
-        return owner if owner is not None else self.by_corr.get(corr)
+    def owner_of_device(self, correlation, linked=None) -> int | None:
+        """The operator that launched a device task (kernel, copy, memset), or None.
+
+        ``correlation`` is the task's own id in the device runtime's space: the launch with the same id
+        (a ``Launch`` record) was called in an operator, the one its host-space link names (the innermost
+        range open when it was called) or else the one it nests in on its thread.  ``linked`` is the
+        host-space id of the range the task itself links to (the trace's ``External id``), used when no
+        launch has the task's id.  An id is looked up only among the ids of its own space."""
+        by_corr = self.by_corr
+        if correlation:
+            via = self.launch_link.get(correlation)
+            owner = by_corr.get(via) if via is not None else None
+            if owner is None:
+                owner = self.launch_owner.get(correlation)
+            if owner is not None:
+                return owner
+        return by_corr.get(linked) if linked else None
 
     def close(self) -> None:
         """After the last thread: backward ops take the source of their forward op."""
