@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, has_cuda, load_scan
+from conftest import ROOT, SCRIPTS, load_scan
 
 from opscope.capture.distributed import detect_launcher, parse_ranks, resolve
 from opscope.errors import UserError
@@ -62,9 +62,6 @@ def assert_trained(scan_data, steps: int) -> None:
     assert any(n.startswith("c10d::allreduce") for n in names), "DDP's gradient all-reduce was not captured"
 
 
-needs_cpu = pytest.mark.skipif(has_cuda(), reason="the CUDA->CPU remap only happens without a GPU")
-
-
 # -- detection (no subprocess) -------------------------------------------------------------
 def test_launcher_is_read_from_the_script(tmp_path):
     assert detect_launcher(SCRIPTS / "ddp_spawn_train.py") == ("spawn", None)
@@ -100,7 +97,6 @@ def test_launch_plan_options():
 
 
 # -- end to end ------------------------------------------------------------------------------
-@needs_cpu
 def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_path):
     script = SCRIPTS / "ddp_spawn_train.py"
     proc, left = scan(script, tmp_path, "--steps", "3", "--ranks", "all", quiet=False, script_args=["--sync-bn"])
@@ -130,7 +126,6 @@ def test_mp_spawn_ddp_script_captures_rank0_with_its_distributed_findings(tmp_pa
     assert not any(op["verdict"] == "unknown" for op in data["operators"])
 
 
-@needs_cpu
 def test_torchrun_style_script_gets_ranks_from_opscope_and_ranks_all_writes_a_folder_per_rank(tmp_path):
     script = SCRIPTS / "ddp_torchrun_train.py"
     proc, left = scan(script, tmp_path, "--steps", "3", "--ranks", "all")
@@ -148,7 +143,6 @@ def test_torchrun_style_script_gets_ranks_from_opscope_and_ranks_all_writes_a_fo
                 ("ddp-device-ids", line_of(script, "device_ids=[local_rank]"))} <= findings_at(data)
 
 
-@needs_cpu
 def test_one_process_per_rank_launch_of_the_distributed_tutorial(tmp_path):
     script = SCRIPTS / "ddp_process_tutorial.py"
     proc, left = scan(script, tmp_path, "--steps", "3")
@@ -166,7 +160,6 @@ def test_one_process_per_rank_launch_of_the_distributed_tutorial(tmp_path):
             ("cuda-device-count", line_of(script, "world_size = torch.cuda.device_count()"))} <= runtime
 
 
-@needs_cpu
 def test_legacy_local_rank_argument_is_passed_and_other_ranks_are_not_captured(tmp_path):
     script = SCRIPTS / "ddp_launch_legacy.py"
     proc, left = scan(script, tmp_path, "--steps", "3", "--world-size", "2")
@@ -180,7 +173,6 @@ def test_legacy_local_rank_argument_is_passed_and_other_ranks_are_not_captured(t
     assert any("were not captured" in note for note in data["notes"])
 
 
-@needs_cpu
 def test_a_crashing_spawned_rank_stops_the_run_with_exit_3_and_leaves_no_process(tmp_path):
     script = SCRIPTS / "ddp_spawn_train.py"
     proc, left = scan(script, tmp_path, "--steps", "6", script_args=["--crash-rank", "1", "--crash-step", "2"])
@@ -194,7 +186,6 @@ def test_a_crashing_spawned_rank_stops_the_run_with_exit_3_and_leaves_no_process
     assert len([s for s in data["steps"] if s["complete"]]) >= 1     # rank 0's steps before the crash are kept
 
 
-@needs_cpu
 def test_a_crashing_torchrun_rank_stops_the_others(tmp_path):
     script = SCRIPTS / "ddp_launch_legacy.py"
     proc, left = scan(script, tmp_path, "--steps", "10", script_args=["--crash-rank", "1"])

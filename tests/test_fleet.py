@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, has_cuda, load_scan, run_opscope
+from conftest import ROOT, load_scan, run_opscope
 
 DATA = Path(__file__).resolve().parent / "data" / "fleet"
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -201,7 +201,6 @@ def test_zoo_jobs_match_a_direct_scan_of_their_script(tmp_path):
         assert _verdicts(fleet_scan) == _verdicts(load_scan(direct))
 
 
-@pytest.mark.skipif(has_cuda(), reason="checks the CPU remap of torch.cuda.Event / Stream")
 def test_remapped_cuda_event_and_stream_are_classes(tmp_path):
     """Libraries annotate with `torch.cuda.Stream | None` and isinstance-check events: the remap keeps classes."""
     out = tmp_path / "run"

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, has_cuda, load_scan
+from conftest import ROOT, SCRIPTS, load_scan
 
 FRAMEWORKS = SCRIPTS / "frameworks"
-needs_cpu = pytest.mark.skipif(has_cuda(), reason="the CUDA stand-in is only installed without a GPU")
 
 
 def _env() -> dict:
@@ -128,7 +127,6 @@ def test_precision_mismatch_is_said():
 
 
 # -- scans -------------------------------------------------------------------------------------
-@needs_cpu
 @pytest.mark.slow
 def test_nanogpt_train_is_one_process_in_bf16_as_on_an_a100(tmp_path):
     proc = scan(tmp_path, script="nanogpt_train.py", steps=2)
@@ -147,7 +145,6 @@ def test_nanogpt_train_is_one_process_in_bf16_as_on_an_a100(tmp_path):
     assert any(rule == "cuda-device" for rule, _ in found)
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_nanogpt_under_torchrun_gets_the_wrappers_ranks(tmp_path):
     proc = scan(tmp_path, "torchrun", "--standalone", "--nproc_per_node=2", FRAMEWORKS / "nanogpt_train.py",
@@ -160,7 +157,6 @@ def test_nanogpt_under_torchrun_gets_the_wrappers_ranks(tmp_path):
     assert any(n.startswith("c10d::allreduce") for n in _names(data))
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_hf_trainer_fp16_records_float16_and_grad_scaler_work(tmp_path):
     proc = scan(tmp_path, FRAMEWORKS / "hf_trainer.py", "--output_dir", tmp_path / "run", "--fp16",
@@ -181,7 +177,6 @@ def test_hf_trainer_fp16_records_float16_and_grad_scaler_work(tmp_path):
     assert "transformers" in at_train[0]["api"] and at_train[0]["remapped_to"]
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_hf_trainer_bf16_scans(tmp_path):
     proc = scan(tmp_path, FRAMEWORKS / "hf_trainer.py", "--output_dir", tmp_path / "run", "--bf16",
@@ -193,7 +188,6 @@ def test_hf_trainer_bf16_scans(tmp_path):
     assert data["summary"]["precision"]["recorded"] == ["bfloat16"]
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_accelerate_loop_plain_and_under_accelerate_launch_fp16(tmp_path):
     plain = scan(tmp_path / "plain", FRAMEWORKS / "accelerate_loop.py", "--batch_size", "8", steps=2)
@@ -214,7 +208,6 @@ def test_accelerate_loop_plain_and_under_accelerate_launch_fp16(tmp_path):
     assert _complete(data) == 2 and "c10::Half" in _dtypes(data) and SCALER_OPS <= _names(data)
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_lightning_gpu_16_mixed_records_float16(tmp_path):
     proc = scan(tmp_path, FRAMEWORKS / "lightning_train.py", steps=2)
@@ -227,7 +220,6 @@ def test_lightning_gpu_16_mixed_records_float16(tmp_path):
     assert data["summary"]["precision"]["note"] is None
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_timm_train_runs_one_process_with_native_amp(tmp_path):
     proc = scan(tmp_path, FRAMEWORKS / "timm_train.py", "--amp", steps=2)
@@ -248,7 +240,6 @@ def test_a_wrappers_precision_that_did_not_run_is_said():
     assert summary["requested"] == ["float16"] and "float16" in summary["note"]
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_every_cuda_query_answers_as_the_stand_in_device(tmp_path):
     import json
@@ -274,7 +265,6 @@ def test_every_cuda_query_answers_as_the_stand_in_device(tmp_path):
     assert not [r for r, line in rules if line == fork and r == "cuda-manual-seed"]
 
 
-@needs_cpu
 @pytest.mark.slow
 def test_lightning_run_model_hands_its_precision_to_fabric(tmp_path):
     proc = scan(tmp_path, "lightning", "run", "model", "--accelerator", "cuda", "--precision", "16-mixed",

@@ -15,10 +15,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, has_cuda, load_scan, run_opscope
-
-pytestmark = pytest.mark.skipif(has_cuda(), reason="these check the CUDA->CPU remap of a machine without a GPU")
-
+from conftest import ROOT, SCRIPTS, load_scan, run_opscope
 
 def _lines(script: str) -> list[str]:
     return (SCRIPTS / script).read_text().splitlines()

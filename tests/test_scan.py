@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, has_cuda, load_scan, run_opscope
+from conftest import EXAMPLES, SCRIPTS, bench_module, load_scan, run_opscope
 
 
 def test_example_scan_writes_scan_json_csv_and_traces(cnn_scan):
@@ -52,8 +52,6 @@ def test_fixed_shape_cnn_has_no_dynamic_ops(cnn_scan):
 
 
 def test_gpu_style_script_runs_on_cpu_and_reports_each_remap(tmp_path):
-    if has_cuda():
-        pytest.skip("remapping only happens on machines without a GPU")
     script = SCRIPTS / "gpu_style_train.py"
     proc = run_opscope("scan", script, "--steps", "3", "--out", tmp_path, "--quiet", "--format", "",
                        "--", "--batch-size", "8")
@@ -184,14 +182,22 @@ def test_bad_arguments_give_one_line_errors(args, message):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
 def test_scan_on_cuda_records_device_time(tmp_path):
+    """On a GPU, every operator of scan.json that launched device work (as the exported traces show it: a
+    kernel carries the External id of the operator around its launch) holds device time: the convolutions'
+    backward and the classifier's addmm among them."""
+    gpu_check = bench_module("gpu_check")
     proc = run_opscope("scan", EXAMPLES / "train_cnn.py", "--device", "cuda", "--steps", "3", "--out", tmp_path,
-                       "--quiet", "--format", "", "--", "--epochs", "1")
+                       "--quiet", "--format", "", "--", "--epochs", "1", gpu=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     scan = load_scan(tmp_path)
     assert scan["device"] == "cuda" and not [f for f in scan["findings"] if f["origin"] == "runtime"]
-    assert sum(op["device_time_us"] for op in scan["operators"]) > 0
+    launched = gpu_check.trace_device_time(gpu_check.trace_paths(tmp_path, scan))["by_op"]
+    assert launched.get("aten::addmm", 0) > 0 and launched.get("aten::convolution_backward", 0) > 0
+    assert gpu_check.silent_launchers(scan, launched) == []
+    for name in ("aten::addmm", "aten::convolution_backward"):
+        ops = [op for op in scan["operators"] if op["name"] == name and op["on_device"]]
+        assert ops and all(op["device_time_us"] > 0 for op in ops), name
 
 
 def test_host_only_data_loading_is_not_an_npu_candidate(cnn_scan):

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPTS, has_cuda, load_scan
+from conftest import ROOT, SCRIPTS, load_scan
 
 STAND_IN = SCRIPTS / "stand_in"
 IMAGENET = SCRIPTS / "vendor" / "pytorch_examples" / "imagenet_main.py"
 TV_SHIM = SCRIPTS / "frameworks" / "tv_shim"
-pytestmark = pytest.mark.skipif(has_cuda(), reason="the CUDA stand-in is only installed without a GPU")
 CUDA_BUILD = torch.version.cuda is not None
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SCRIPTS, has_cuda, load_scan
+from conftest import ROOT, SCRIPTS, load_scan
 
 from opscope.analysis.third_party import adapter_release, judge_third_party
 from opscope.knowledge import load
@@ -98,7 +98,6 @@ def _torchvision_kernels() -> bool:
     return not tv_compat.SHIMMED
 
 
-@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
 @pytest.mark.skipif(not _torchvision_kernels(), reason="torchvision's C++ ops do not load next to this torch")
 def test_a_detection_head_loop_at_two_targets(tmp_path):
     paired, newest = _scan(tmp_path / "paired", "2.6.0"), _scan(tmp_path / "newest", "2.14.0")
@@ -153,7 +152,6 @@ def test_the_flash_attn_stand_in_matches_sdpa_forward_and_backward(causal, kv_he
         assert torch.allclose(mine.grad, theirs.grad)
 
 
-@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
 def test_a_guarded_flash_attn_import_runs_the_gpu_path_and_is_judged(tmp_path):
     proc = _scan_script(tmp_path, FLASH)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -202,7 +200,6 @@ def test_torchvision_and_other_torch_named_libraries_are_libraries_not_torch():
 APEX = SCRIPTS / "third_party" / "apex_o2.py"
 
 
-@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
 def test_an_apex_o2_script_in_the_porting_guides_style_scans_and_is_judged(tmp_path):
     proc = _scan_script(tmp_path, APEX, formats="md,xlsx")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -257,7 +254,6 @@ def test_apex_amp_levels_and_dynamic_loss_scale():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
 @pytest.mark.skipif(not _torchvision_kernels(), reason="torchvision's C++ ops do not load next to this torch")
 def test_faster_rcnn_nothing_unknown_and_root_causes_name_torchvision_parameters(tmp_path):
     script = SCRIPTS / "third_party" / "fasterrcnn_loop.py"
@@ -422,7 +418,6 @@ def test_an_extension_call_keeps_its_result_and_its_exception():
     assert wrap(recorded, "opscope_test_ext", "scale_into") is recorded   # wrapped once
 
 
-@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
 def test_mmcv_style_extension_ops_are_recorded_with_phase_line_and_verdict(tmp_path):
     """mmcv's ops are pybind calls from autograd Functions: each becomes mmcv::<function> with its tensors' shapes,
     its phase (the backward call in backward) and the user's line with mmcv's line inside it; judged by the file."""
@@ -463,7 +458,6 @@ def test_a_cpu_fallback_is_priced_as_host_time_copies_and_a_sync():
     assert _fallback_transfer_us(row, cost_model()) == pytest.approx(1000.0 + host["fallback_sync_us"])
 
 
-@pytest.mark.skipif(has_cuda(), reason="the loop's CUDA calls are stood in only without a GPU")
 @pytest.mark.skipif(not _torchvision_kernels(), reason="torchvision's C++ ops do not load next to this torch")
 def test_deform_conv2d_runs_as_npu_deformable_conv2d_with_the_adapter(tmp_path):
     out = tmp_path / "deform"
@@ -494,7 +488,6 @@ def test_the_xformers_stand_in_matches_causal_sdpa_forward_and_backward():
         memory_efficient_attention(q, k, v, attn_bias=torch.zeros(2, 4, 8, 8))
 
 
-@pytest.mark.skipif(has_cuda(), reason="the script's CUDA calls are stood in only without a GPU")
 def test_a_guarded_xformers_import_runs_the_gpu_path_and_is_judged(tmp_path):
     import importlib.util
     if importlib.util.find_spec("xformers") is not None:
