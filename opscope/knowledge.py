@@ -48,8 +48,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
                             "wrappers": dict},
     "stderr_noise.yaml": {"lines": list},
     "verify_standards.yaml": {"schema": str, "msprobe": dict, "outcomes": dict, "selection": dict, "dtypes": dict,
-                              "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "skip": dict,
-                              "inputs": dict},
+                              "standards": dict, "accuracy_reached": dict, "index_outputs": dict, "backend_outputs": dict,
+                              "skip": dict, "inputs": dict},
 }
 
 

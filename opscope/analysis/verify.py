@@ -71,6 +71,31 @@ def error_stats(actual, oracle, thresholds: dict) -> dict:
     }
 
 
+def scaled_stats(actual, oracle, scale, thresholds: dict) -> dict:
+    """The benchmark's error metrics on the scale a multiply-accumulate works on (cube ops).
+
+    ``scale`` is the op run in float64 on the absolute values of its inputs (sum|a*b| per output,
+    Higham's bound |fl(x.y) - x.y| <= gamma_n |x|.|y|): relative errors are |err| / scale, the RMSE
+    is the root mean square of those; over every finite element (a result near zero after a
+    cancellation is judged by the size of what was accumulated, not by its own).
+    """
+    import torch
+    a = actual.detach().to("cpu", torch.float64).reshape(-1)
+    o = oracle.detach().to("cpu", torch.float64).reshape(-1)
+    s = scale.detach().to("cpu", torch.float64).reshape(-1).abs()
+    finite = torch.isfinite(a) & torch.isfinite(o) & torch.isfinite(s)
+    rel = (a[finite] - o[finite]).abs() / (s[finite] + torch.finfo(torch.float64).eps)
+    if not rel.numel():
+        return {"max_rel_err": 0.0, "mean_rel_err": 0.0, "rmse": 0.0}
+    return {"max_rel_err": float(rel.max()), "mean_rel_err": float(rel.mean()), "rmse": float(rel.pow(2).mean().sqrt())}
+
+
+def is_cube(base: str, dtype, standards: dict) -> bool:
+    """A low-precision matmul/convolution output, judged on its accumulated magnitude (``standards.cube``)."""
+    cube = (standards.get("standards") or {}).get("cube") or {}
+    return base in (cube.get("ops") or []) and _dtype_key(dtype) in (cube.get("dtypes") or [])
+
+
 PUBLIC_METRICS = ("cosine", "max_abs_err", "max_rel_err", "ratio_rel_err_lt_0_001", "ratio_rel_err_lt_0_005")
 RATIO_METRICS = ("small_value_err", "rmse", "max_rel_err", "mean_rel_err")
 
@@ -98,22 +123,37 @@ def benchmark_thresholds(base: str, standards: dict) -> dict:
             **{k: float(v) for k, v in bench["levels"][api_level(base, standards)].items()}}
 
 
-def _benchmark(base: str, dev: dict, ref: dict, thresholds: dict, standards: dict) -> tuple[str, str]:
-    """msprobe benchmark method: each device metric over the reference's (floored at min_err)."""
+def _benchmark(base: str, dev: dict, ref: dict, thresholds: dict, standards: dict,
+               scaled: tuple[dict, dict] | None = None) -> tuple[str, str]:
+    """msprobe benchmark method: each device metric over the reference's (floored at min_err).
+
+    ``scaled``: the device's and the reference's relative errors and RMSE on the accumulated
+    magnitude (cube ops), which then replace those of ``dev`` and ``ref`` in the ratios.
+    """
     limits = benchmark_thresholds(base, standards)
     floor = thresholds["min_err"]
     worst, notes = "pass", []
+    on_scale = ("max_rel_err", "mean_rel_err", "rmse") if scaled else ()
     for metric in RATIO_METRICS:
-        ratio = abs(dev[metric]) / max(abs(ref[metric]), floor)
+        mine, theirs = (scaled[0][metric], scaled[1][metric]) if scaled and metric in on_scale \
+            else (dev[metric], ref[metric])
+        ratio = abs(mine) / max(abs(theirs), floor)
         dev.setdefault("ratios", {})[metric] = round(ratio, 4)
         if ratio > limits[metric]:  # msprobe: error above the threshold, else pass
             worst = "fail"
-            notes.append(f"{metric} {ratio:.3g}x the CPU's (limit {limits[metric]:g}, {api_level(base, standards)})")
+            what = f"{metric} on the accumulated magnitude" if metric in on_scale else metric
+            notes.append(f"{what} {ratio:.3g}x the CPU's (limit {limits[metric]:g}, {api_level(base, standards)})")
     return worst, "; ".join(notes)
 
 
-def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index: bool = False) -> dict:
-    """Judge one output tensor.  Returns {outcome, standard, metrics, message}."""
+def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index: bool = False,  # noqa: C901
+                 scale=None) -> dict:
+    """Judge one output tensor.  Returns {outcome, standard, metrics, message}.
+
+    ``scale``: the op's float64 result on its inputs' absolute values, for a low-precision cube
+    op (``is_cube``): its relative errors and RMSE are then judged on that magnitude.
+    """
+    # above complexity 15: one branch per way two outputs can differ (missing, shape, dtype, exact, float)
     import torch
     if device is None and reference is None:
         return {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
@@ -143,10 +183,14 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
     dev = error_stats(device, golden, thresholds)
     ref = error_stats(reference, golden, thresholds)
     standard = "benchmark"
+    scaled = None
+    if scale is not None and tuple(scale.shape) == tuple(device.shape) and is_cube(base, device.dtype, standards):
+        scaled = (scaled_stats(device, golden, scale, thresholds), scaled_stats(reference, golden, scale, thresholds))
+        standard = "benchmark (cube)"
     if dev["inf_nan_mismatch"] > ref["inf_nan_mismatch"]:
         outcome, message = "fail", f"{dev['inf_nan_mismatch']} inf/nan not where the CPU has them"
     else:
-        outcome, message = _benchmark(base, dev, ref, thresholds, standards)
+        outcome, message = _benchmark(base, dev, ref, thresholds, standards, scaled)
     rule = standards["accuracy_reached"]
     if outcome != "fail" and not accuracy_reached(dev, rule) and accuracy_reached(ref, rule):
         outcome = "fail"
@@ -159,6 +203,8 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
                     "level": api_level(base, standards)})
     if "ratios" in dev:
         metrics["ratios"] = dev["ratios"]
+    if scaled:
+        metrics["accumulated_magnitude"] = {"device": scaled[0], "reference": scaled[1]}
     return {"outcome": outcome, "standard": standard, "metrics": metrics, "message": message}
 
 
@@ -175,18 +221,37 @@ def _tie_only(device_outs: list, reference: list, index_pos: int) -> bool:
                                 for i in values)
 
 
-def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | None, standards: dict) -> dict:
-    """Judge every output of one call; the worst outcome wins.  Metrics are the first float output's."""
+def backend_outputs(base: str, standards: dict) -> dict[int, str]:
+    """Output position -> why it is not compared: it names the backend (``backend_outputs``)."""
+    table = ((standards.get("backend_outputs") or {}).get("ops") or {}).get(base) or {}
+    return {int(k): str(v) for k, v in table.items()}
+
+
+def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | None, standards: dict,  # noqa: C901
+                  scale: list | None = None) -> dict:
+    """Judge every output of one call; the worst outcome wins.  Metrics are the first float output's.
+
+    Outputs that name the backend are not compared: ``metrics["not_compared"]`` lists them with
+    the reason, and the message says so.  ``scale``: the op's outputs on its inputs' absolute
+    values (cube ops, see ``judge_tensor``).
+    """
+    # above complexity 15: outputs skipped, index ties and the headline metrics are decided here in one pass
     if len(device_outs) != len(reference):
         return {"outcome": "fail", "standard": "binary", "metrics": {},
                 "message": f"{len(device_outs)} outputs on the device, {len(reference)} on the CPU"}
     index_ops = set((standards.get("index_outputs") or {}).get("ops") or [])
+    skipped = backend_outputs(base, standards)
     worst: dict[str, Any] = {"outcome": "pass", "standard": None, "metrics": {}, "message": ""}
     headline = None
+    not_compared = []
     for pos, (dev, ref) in enumerate(zip(device_outs, reference, strict=True)):
+        if pos in skipped:
+            not_compared.append({"output": pos, "reason": skipped[pos]})
+            continue
         orc = oracle[pos] if oracle is not None and pos < len(oracle) else None
+        mag = scale[pos] if scale is not None and pos < len(scale) else None
         is_index = base in index_ops and ref is not None and not ref.dtype.is_floating_point
-        judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index)
+        judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index, scale=mag)
         if is_index and judged["outcome"] == "fail" and _tie_only(device_outs, reference, pos):
             judged["outcome"] = "warn"
             judged["message"] = f"indices differ at ties ({judged['message']}); the values match exactly"
@@ -199,8 +264,13 @@ def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | 
         elif worst["standard"] is None:
             worst = dict(judged, outcome=worst["outcome"]) if judged["outcome"] == "pass" else worst
     shown = headline or worst
+    metrics, message = shown["metrics"], worst["message"]
+    if not_compared:
+        metrics = dict(metrics, not_compared=not_compared)
+        note = "; ".join(f"output {n['output']} not compared: {n['reason']}" for n in not_compared)
+        message = "; ".join(m for m in (message, note) if m)
     return {"outcome": worst["outcome"], "standard": worst["standard"] or shown["standard"],
-            "metrics": shown["metrics"], "message": worst["message"]}
+            "metrics": metrics, "message": message}
 
 
 # ------------------------------------------------------------------ predictions and summary

@@ -262,6 +262,65 @@ def _mask_ones_expr(base: str, index: int, standards: dict) -> str | None:
     return rule.get(index, rule.get(str(index)))
 
 
+def _rule(standards: dict, table: str, base: str, index: int):
+    """``inputs.<table>.<op>.<argument position>`` of the standards, or None."""
+    rule = ((standards.get("inputs") or {}).get(table) or {}).get(base) or {}
+    return rule.get(index, rule.get(str(index)))
+
+
+def _unique_along(value, dim: int, high: int, op_key: str, index: int):
+    """Indices in [0, high) that do not repeat along ``dim`` (each line a random draw without
+    replacement); unchanged where a line is longer than ``high`` (it cannot be unique)."""
+    import torch
+    if value.dim() == 0:
+        return value
+    dim = dim % value.dim()
+    if value.shape[dim] > high:
+        return value
+    gen = torch.Generator().manual_seed(int(op_key[:8], 16) + 7919 * (index + 1))
+    shape = list(value.shape)
+    shape[dim] = high
+    order = torch.rand(shape, generator=gen).argsort(dim=dim)
+    return order.narrow(dim, 0, value.shape[dim]).to(value.dtype).contiguous()
+
+
+def derive_argument(rule: dict, built: dict, shapes: list, scalars: list, request: TensorRequest, op_key: str):
+    """An argument that is another op's result (``inputs.derived``): run that op on the CPU on the
+    replay's own, already built arguments and take the named output.
+
+    The result has the requested shape and dtype, or the signature is not replayable (a
+    recorded shape the forward does not produce: the scan's arguments do not belong together).
+    """
+    import torch
+    gen = torch.Generator().manual_seed(int(op_key[:8], 16) + 104729)
+    first = built.get(0)
+    like = first.dtype if isinstance(first, torch.Tensor) and first.dtype.is_floating_point else torch.float32
+
+    def arg(i):
+        return built[i]
+
+    def randn(shape):
+        return torch.randn([int(d) for d in shape], generator=gen, dtype=torch.float64).to(like)
+
+    names = {"arg": arg, "randn": randn, "shape": lambda i: [int(d) for d in (shapes[i] or [])],
+             "scalar": lambda i: scalars[i] if i < len(scalars) else None, "list": list, "max": max, "min": min,
+             "len": len}
+    forward = getattr(torch.ops.aten, rule["op"])
+    try:
+        values = [eval(expr, {"__builtins__": {}}, names) for expr in rule.get("args") or []]  # noqa: S307 - our data
+        with torch.no_grad():
+            result = forward(*values)
+    except Exception as exc:
+        raise NotReplayable(f"argument {request.name} is aten::{rule['op']}'s output, which could not be rebuilt on "
+                            f"the recorded arguments ({type(exc).__name__}: {str(exc)[:120]})") from None
+    result = result[int(rule.get("output", 0))] if isinstance(result, (tuple, list)) else result
+    if tuple(result.shape) != tuple(request.shape):
+        raise NotReplayable(f"argument {request.name} is aten::{rule['op']}'s output, but that op gives shape "
+                            f"{list(result.shape)} on the recorded arguments where the scan recorded "
+                            f"{list(request.shape)}")
+    return result.detach().to(request.dtype).clone()
+
+
 def _mask_with_ones(shape, count: int, op_key: str, index: int):
     """A bool mask with exactly ``count`` True elements (capped at its size), at random places."""
     import torch
@@ -331,6 +390,7 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
         raise NotReplayable(f"inputs have {total:,} elements, over --max-elements {max_elements:,} "
                             "(the float64 CPU oracle needs 8 bytes each)")
     args, kwargs, tensor_args = [], {}, []
+    built: dict[int, object] = {}   # argument position -> value, for arguments derived from earlier ones
     for index, arg in enumerate(schema.arguments):
         if index < len(dtypes):
             kind, shape, scalar = dtypes[index], shapes[index], scalars[index]
@@ -352,6 +412,12 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
                 ones = _mask_ones_expr(base, index, standards) if dtype == torch.bool else None
                 if ones:
                     value = _mask_with_ones(value.shape, _eval_high(ones, shapes, scalars), key, index)
+                along = _rule(standards, "unique_along", base, index)
+                if along is not None and not dtype.is_floating_point and dtype != torch.bool:
+                    value = _unique_along(value, _eval_high(along, shapes, scalars), int(request.high or 1), key, index)
+                derived = _rule(standards, "derived", base, index)
+                if derived is not None:
+                    value = derive_argument(derived, built, shapes, scalars, request, key)
                 tensor_args.append(arg.name)
             elif kind == "":
                 text = _type_text(arg)
@@ -372,6 +438,7 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
             continue
         else:
             raise NotReplayable(f"argument {arg.name} was not recorded and has no default")
+        built[index] = value
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:
