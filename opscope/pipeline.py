@@ -23,8 +23,8 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
         capture = load_capture(out_dir)
     result = build_scan_result(capture=capture, **scan_fields)
     from opscope.analysis.fake_results import apply_fake
-    from opscope.capture.fake_mode import read as read_fake
-    apply_fake(result, read_fake(out_dir / "capture"))   # --mode fake: timings, data-dependent places, memory
+    from opscope.capture.run_folder import RunFolder
+    apply_fake(result, RunFolder(out_dir).read_fake())   # --mode fake: timings, data-dependent places, memory
     if result.memory_fit is None:   # a real scan: its steps' allocator peaks
         from opscope.analysis.memory_fit import REAL_BASIS, memory_fit
         result.memory_fit = memory_fit((capture[4] or {}).get("memory") or {}, result.settings.chip, REAL_BASIS)
@@ -94,7 +94,7 @@ def recover_capture(run_dir: Path):
                              outcome=outcome, started_at=config.get("started_at"),
                              duration_s=max(0.0, last_write - float(config.get("started_epoch") or last_write)),
                              static_paths=[] if config.get("static", True) and _is_file(config.get("script")) else None,
-                             target=config.get("target"))
+                             target=config.get("target"), torch_version=(ended or {}).get("torch"))
     return result
 
 

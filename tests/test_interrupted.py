@@ -183,6 +183,8 @@ def test_sigkill_of_opscope_then_report_recovers_the_captured_steps(tmp_path):
     assert scan["incomplete_reason"] == f"recovered: the scan process was killed during step {captured + 1}"
     assert len(_complete_steps(out)) == captured and (out / "report.html").exists()
     assert scan["operators"] and scan["script"] == str(SCRIPT)
+    import torch
+    assert scan["torch_version"] == torch.__version__   # the scan's torch, read without importing it
 
     # the step log's last line cut in half (killed mid-write): dropped with a note, the rest kept
     data = steps_log.read_bytes()
@@ -309,6 +311,7 @@ def test_a_shorter_rescan_leaves_only_its_own_files(tmp_path):
 def test_clear_previous_scan_removes_opscope_files_only(tmp_path):
     for rel in ("scan.json", "operators.csv", "report.xlsx", "traces/step_0001.json", "traces/.step_0002.json.x1.tmp",
                 ".scan.json.ab12.tmp", "capture/steps.jsonl", "capture/config.json", "capture/ranks/rank3/capture/outcome.json",
+                "capture/fake.json",   # a --mode fake scan's record: a real re-scan must not fold it in
                 "capture/launcher/capture/steps.jsonl", "rank1/scan.json", "rank1/capture/steps.jsonl",
                 "rank1/traces/step_0001.json", "rank2/capture/runtime.json",
                 # the user's own files
@@ -389,3 +392,18 @@ def test_a_second_scans_write_probe_in_the_same_moment_is_not_a_missing_folder(t
     monkeypatch.setattr(Path, "write_text", write_then_other_scan_probes)
     scan_cmd._check_out(out)
     assert nested and not any(out.iterdir())
+
+
+def test_a_recovered_scan_names_the_torch_its_script_ran_with(tmp_path):
+    """outcome.json records the capture child's torch; recovery reports it, not the reporting process's."""
+    from opscope.pipeline import recover_capture
+    out = tmp_path / "run"
+    done = _scan(out, 2, "--format", "")
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads((out / "capture" / "outcome.json").read_text())
+    import torch
+    assert outcome["torch"] == torch.__version__
+    outcome["torch"] = "2.9.9+scan"
+    (out / "capture" / "outcome.json").write_text(json.dumps(outcome))
+    (out / "scan.json").unlink()
+    assert recover_capture(out).torch_version == "2.9.9+scan"

@@ -35,16 +35,29 @@ def describe_outcome(outcome, steps_done: int, steps_wanted: int) -> tuple[bool,
     return False, f"{outcome.message}{during}"
 
 
+def _torch_version() -> str:
+    """The torch of this interpreter: the imported module's, or the installed distribution's (no import)."""
+    module = sys.modules.get("torch")
+    if module is not None and getattr(module, "__version__", None):
+        return str(module.__version__)
+    from importlib import metadata
+    try:
+        return metadata.version("torch")
+    except Exception:   # no torch, or broken metadata: the report says it does not know
+        return ""
+
+
 def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSettings | dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
-                      target: str | None = None, capture: tuple) -> ScanResult:
+                      target: str | None = None, capture: tuple, torch_version: str | None = None) -> ScanResult:
     """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta);
     ``settings`` may come as the JSON the scan's child received.
 
     ``target`` is the torch_npu version to judge against: ``opscope scan`` passes the one its
     command resolved (``verdicts.resolve_target``); ``assign_verdicts`` looks its release up.
+    ``torch_version``: the torch the script ran with (a recovered scan's outcome.json says it); by default the
+    torch this process has imported or, without importing it, the one installed.
     """
-    import torch
     calls, steps, side, runtime_findings, meta = capture
     settings = ScanSettings.of(settings)
     warmup = int(settings.warmup or 0)
@@ -63,7 +76,7 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     host_note = _classify_host_ops(operators)
     result = ScanResult(
         script=str(Path(script).resolve()), argv=list(argv), device=device,
-        torch_version=torch.__version__, complete=complete, incomplete_reason=reason,
+        torch_version=torch_version or _torch_version(), complete=complete, incomplete_reason=reason,
         tool_version=__version__, python_version=sys.version.split()[0],
         platform=f"{platform.system()} {platform.machine()}", cwd=os.getcwd(),
         started_at=started_at, duration_s=round(duration_s, 3), settings=settings,

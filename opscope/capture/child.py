@@ -154,7 +154,8 @@ def main(config_path: str, analyse=None) -> int:
 
     def write_outcome(kind: str, code=None, message: str = "", where: str | None = None, **extra):
         data = {"kind": kind, "code": code, "message": message, "where": where,
-                "steps": session.step_index if session else 0, "ended": time.time(), **outcome_extra, **extra}
+                "steps": session.step_index if session else 0, "ended": time.time(),
+                "torch": getattr(sys.modules.get("torch"), "__version__", None), **outcome_extra, **extra}
         try:
             folder.write_outcome(data)
         except OSError as exc:   # not even this fits: the exit status tells the parent

@@ -33,11 +33,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opscope.atomic import write_atomic
+from opscope.capture.run_folder import FAKE
 from opscope.capture.source import iter_tensors
 from opscope.knowledge import load as _load
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations")
-FAKE_FILE = "fake.json"   # in the capture folder: places and memory, for the analysis
 
 
 def policy() -> dict:
@@ -743,7 +743,7 @@ class FakeRun(TorchDispatchMode):
                 "factory_fake_mb": self.factory_limit // 2**20}
 
     def write(self, capture_dir: Path) -> None:
-        write_atomic(Path(capture_dir) / FAKE_FILE, json.dumps(self.summary(), default=str))
+        write_atomic(Path(capture_dir) / FAKE, json.dumps(self.summary(), default=str))
 
 
 def _holds_fake(obj, fake_type, depth: int = 0) -> bool:
@@ -790,11 +790,3 @@ class _DoneWork:
 
     def is_completed(self) -> bool:
         return True
-
-
-def read(capture_dir: Path) -> dict | None:
-    """The fake-mode record of a capture (None for a real scan)."""
-    try:
-        return json.loads((Path(capture_dir) / FAKE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

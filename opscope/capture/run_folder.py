@@ -41,7 +41,8 @@ CALL_FIELDS = [f.name for f in dataclasses.fields(OpCall)]
 
 # what one capture writes under capture/ (cleared before a capture starts, by every launcher)
 NOISE = "noise.json"           # profiler lines and opscope warnings kept off the terminal (capture/noise.py)
-BOOKKEEPING = (STEPS_LOG, OUTCOME, RUNTIME, SCRIPT_TRACEBACK, ANALYSIS_ERROR, STOP_REASON, NOISE)
+FAKE = "fake.json"             # --mode fake: places and memory, for the analysis (capture/fake_mode.py)
+BOOKKEEPING = (STEPS_LOG, OUTCOME, RUNTIME, SCRIPT_TRACEBACK, ANALYSIS_ERROR, STOP_REASON, NOISE, FAKE)
 _TRACE_NAME = re.compile(r"step_\d{4,}\.json\Z")
 _RANK_NAME = re.compile(r"rank\d+\Z")
 _SUB_CAPTURES = re.compile(r"(launcher|spawn\d+)\Z")     # capture/launcher, capture/spawnN
@@ -107,6 +108,10 @@ class RunFolder:
 
     def read_config(self) -> dict | None:
         return _read_json(self.config_path)
+
+    def read_fake(self) -> dict | None:
+        """The fake-mode record of the capture (None for a real scan); read without importing torch."""
+        return _read_json(self.capture_dir / FAKE)
 
     def reserve_space(self, nbytes: int = RESERVE_BYTES) -> None:
         """Keep ``nbytes`` (at most a quarter of what is free) so that, when the disk fills, the

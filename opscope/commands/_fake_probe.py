@@ -35,13 +35,13 @@ def estimate(record: dict) -> tuple[int, int, str]:
 
 def choose_mode(script: Path, argv: list, timeout: float | None) -> tuple[str, str]:
     """('fake' | 'real', why) for ``script``."""
-    from opscope.capture.fake_mode import read
     from opscope.capture.protocol import ScanPlan
+    from opscope.capture.run_folder import RunFolder
     from opscope.capture.runner import run_script
     with tempfile.TemporaryDirectory(prefix="opscope-probe-") as tmp:
         run_script(ScanPlan(script=str(script), argv=tuple(argv), out_dir=tmp, steps=1, device="cpu", timeout=timeout,
                             export_traces=False, analyse=False, static=False, mode="probe"))
-        record = read(Path(tmp) / "capture")
+        record = RunFolder(Path(tmp)).read_fake()
     if not record or not ((record.get("memory") or {}).get("current") or {}).get("parameters"):
         return "real", "the probe saw no model parameters before the script ended (nothing to estimate)"
     params, need, optimizer = estimate(record)
