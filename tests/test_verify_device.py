@@ -147,6 +147,22 @@ def test_scatter_and_index_copy_indices_do_not_repeat():
     assert len(set(copy.args[2].tolist())) == 7 and int(copy.args[2].max()) < 10
 
 
+@pytest.mark.parametrize("last", [False, True])
+def test_embedding_bag_offsets_are_sorted_offsets_into_its_indices(last, gpu):
+    bag = Operator(name="aten::_embedding_bag", overload="", input_shapes=[[50, 8], [40], [6]] + [[]] * 6,
+                   dtypes=["float", "long int", "long int", "Scalar", "Scalar", "Scalar", "", "Scalar", "Scalar"],
+                   scalars=[None, None, None, False, 0, False, None, last, -1])
+    call = build_call(bag)
+    indices, offsets = call.args[1], call.args[2]
+    assert int(indices.max()) < 50 and int(offsets[0]) == 0 and int(offsets.max()) <= 40
+    assert torch.equal(offsets, offsets.sort().values)
+    if last:   # include_last_offset: the last offset closes the last bag
+        assert int(offsets[-1]) == 40
+    result = verify_signature(bag, DEVICE)   # the bag's auxiliary outputs are the backend's own
+    assert result.outcome == "pass", result.message
+    assert [n["output"] for n in result.metrics["not_compared"]] == [1, 2, 3]
+
+
 # ------------------------------------------------------------------ outputs that name the backend
 
 def test_batch_norm_implementation_index_is_not_compared_and_the_result_says_so(gpu):
@@ -167,6 +183,13 @@ def test_backend_outputs_are_data():
                            STANDARDS)
     assert judged["outcome"] == "pass" and [n["output"] for n in judged["metrics"]["not_compared"]] == [3, 4]
     assert judge_outputs("some_other_op", dev, ref, None, STANDARDS)["outcome"] == "fail"
+
+
+def test_the_new_tables_cite_their_sources():
+    import re
+    for block in (STANDARDS["standards"]["cube"], STANDARDS["backend_outputs"]):
+        assert re.search(r"[a-z_/]+\.(py|yaml|cpp)", block["source"]), block["source"]
+    assert STANDARDS["standards"]["cube"]["dtypes"] == ["float16", "bfloat16"]
 
 
 # ------------------------------------------------------------------ low-precision convolutions

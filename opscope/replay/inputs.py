@@ -284,6 +284,19 @@ def _unique_along(value, dim: int, high: int, op_key: str, index: int):
     return order.narrow(dim, 0, value.shape[dim]).to(value.dtype).contiguous()
 
 
+def _offsets(value, high: int, ends_at_high: bool, op_key: str, index: int):
+    """Sorted offsets in [0, high], the first 0 (and the last ``high`` when ``ends_at_high``)."""
+    import torch
+    if value.dim() != 1 or not value.numel():
+        return value
+    gen = torch.Generator().manual_seed(int(op_key[:8], 16) + 15485863 + index)
+    drawn = torch.randint(0, max(high, 0) + 1, (value.numel(),), generator=gen).sort().values
+    drawn[0] = 0
+    if ends_at_high:
+        drawn[-1] = high
+    return drawn.to(value.dtype)
+
+
 def derive_argument(rule: dict, built: dict, shapes: list, scalars: list, request: TensorRequest, op_key: str):
     """An argument that is another op's result (``inputs.derived``): run that op on the CPU on the
     replay's own, already built arguments and take the named output.
@@ -412,6 +425,10 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
                 ones = _mask_ones_expr(base, index, standards) if dtype == torch.bool else None
                 if ones:
                     value = _mask_with_ones(value.shape, _eval_high(ones, shapes, scalars), key, index)
+                offsets = _rule(standards, "offsets", base, index)
+                if offsets is not None and not dtype.is_floating_point and dtype != torch.bool:
+                    value = _offsets(value, _eval_high(offsets["high"], shapes, scalars),
+                                     bool(scalars[offsets["last"]]) if "last" in offsets else False, key, index)
                 along = _rule(standards, "unique_along", base, index)
                 if along is not None and not dtype.is_floating_point and dtype != torch.bool:
                     value = _unique_along(value, _eval_high(along, shapes, scalars), int(request.high or 1), key, index)
