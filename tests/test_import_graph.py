@@ -138,3 +138,17 @@ def private_imports_across_packages(root: Path) -> list[str]:
 
 def test_no_private_name_is_imported_from_another_package():
     assert private_imports_across_packages(PACKAGE) == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A helper two modules need is public in a module that owns it (commands/_common.py for the commands):
+    ``commands/verify.py`` had imported ``commands/scan.py``'s ``_check_compiles``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("opscope") \
+                    and node.module != importer:
+                found += [f"{importer}:{node.lineno} imports {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert found == []

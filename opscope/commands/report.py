@@ -49,9 +49,9 @@ def _npu_estimate(result, args) -> None:
     before the estimate existed.  A stored basis that cannot be priced is a one-line error (exit 2)."""
     from opscope.analysis.npu_cost import calibration_factors, resolve_chip
     from opscope.analysis.npu_estimate import estimate, price
-    from opscope.commands.scan import _calibration_file
+    from opscope.commands._common import calibration_file
     from opscope.errors import InputError
-    calibration = _calibration_file(args.calibration)
+    calibration = calibration_file(args.calibration)
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
     if args.chip:
         resolve_chip(args.chip)   # an unknown chip is a one-line error, estimate or not

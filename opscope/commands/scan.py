@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from opscope.commands._args import finite_float, non_empty, positive_float
-from opscope.commands._common import add_device, add_out
+from opscope.commands._common import add_device, add_out, calibration_file, check_compiles
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, EXIT_WRITE_FAILED, UserError
 from opscope.model import ScanSettings
 from opscope.report.registry import add_format_option
@@ -82,21 +82,6 @@ def _check_out(out: Path) -> None:
         raise UserError(f"cannot write to --out {out}: {exc.strerror or exc}; choose a writable folder") from None
 
 
-def _check_compiles(script: Path) -> None:
-    """Fail in well under a second, naming the line, instead of starting a child that cannot run it."""
-    from opscope.schema import regular_file
-    regular_file(script, "training script")
-    try:
-        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise UserError(f"{script}:{exc.lineno or '?'}: {exc.msg}: the script does not compile; fix it "
-                        "(python -m py_compile shows the same error)") from None
-    except ValueError as exc:   # NUL bytes: a binary file
-        raise UserError(f"{script} is not Python source ({exc}); give the training script") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     console = Console(stderr=True)
@@ -120,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if script.is_dir() or script.suffix not in (".py", ""):
         raise UserError(f"{script} is not a Python script; give the training script (e.g. train.py), "
                         "or use --static-only to scan a folder")
-    _check_compiles(script)
+    check_compiles(script)
     if args.steps < 1:
         raise UserError("--steps must be at least 1")
     if args.warmup < 0 or args.warmup >= args.steps:
@@ -143,7 +128,7 @@ def _checked_scan(args, console, script: Path, out: Path, formats: list[str], wr
     target = resolve_target(args.target)  # the one resolution; fails fast on an unknown torch_npu version
     from opscope.analysis.npu_cost import resolve_chip
     chip = resolve_chip(args.chip)[0]  # and on an unknown chip
-    calibration = _calibration_file(args.calibration)
+    calibration = calibration_file(args.calibration)
     from opscope.capture import distributed as dist_launch
     launcher, world_size = args.launcher, args.world_size
     if wrapped is not None and wrapped.wrapper != "python":
@@ -379,14 +364,3 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
         print_findings(findings, console)
         console.print(f"{len(findings)} finding(s) in {elapsed:.2f}s; wrote {out / 'findings.json'}")
     return 0
-
-
-def _calibration_file(given: str | None) -> str | None:
-    """The `opscope calibrate` file the estimate uses: --calibration, else ./opscope-calibration.json."""
-    from opscope.analysis.npu_cost import CALIBRATION_FILE, load_calibration
-    path = Path(given) if given else Path.cwd() / CALIBRATION_FILE
-    if given and not path.is_file():
-        raise UserError(f"--calibration {given}: no such file; run `opscope calibrate NPU_PROFILE -o {given}` first")
-    if load_calibration(path) is None:   # checks the file: a broken one is a one-line error (exit 2)
-        return None
-    return str(path.resolve())

@@ -85,10 +85,10 @@ def _run(args) -> int:  # noqa: C901
         _check_writable(scan_path)   # before the long replay, not after it
     if args.e2e:
         from opscope.atomic import ensure_out_dir
-        from opscope.commands.scan import _check_compiles
+        from opscope.commands._common import check_compiles
         if not Path(args.e2e).is_file():
             raise UserError(f"--e2e script not found: {args.e2e}")
-        _check_compiles(Path(args.e2e))
+        check_compiles(Path(args.e2e))
         e2e_out = ensure_out_dir(Path(args.out) if args.out else (scan_path.parent / "e2e" if scan_path
                                                                   else Path("opscope-e2e")), "--out")
     if args.run_dir:

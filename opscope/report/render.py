@@ -21,7 +21,7 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return registry.parse_formats(text, "scan")
 
 
-def _write_json(result: ScanResult, path: Path) -> Path:
+def write_json(result: ScanResult, path: Path) -> Path:
     from opscope.report.json_out import write_scan_json
     return write_scan_json(result, path)
 

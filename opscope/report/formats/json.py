@@ -3,8 +3,8 @@ from opscope.report.registry import FunctionReporter
 
 
 def _scan(result, path):
-    from opscope.report.render import _write_json
-    return _write_json(result, path)
+    from opscope.report.render import write_json
+    return write_json(result, path)
 
 
 def _diff(result, path):
