@@ -116,3 +116,14 @@ def test_an_unlinked_launch_is_charged_by_nesting():
     builder.charge(builder.owner_of_device(40, 0), 3.0)
     (mm,) = builder.finish()
     assert (mm.device, mm.device_time_us) == ("device", 3.0)
+
+
+def test_a_torch_without_activity_types_charges_alike(monkeypatch):
+    # torch builds whose _KinetoEvent has no activity_type(): a runtime call is told by its link to an operator,
+    # a device annotation by is_user_annotation()
+    from opscope.capture import events
+
+    path = _trace("gpt2", 2)
+    with_types = sum(c.device_time_us for c in _scan_calls(path, 2))
+    monkeypatch.setattr(events, "_ACTIVITY", False)
+    assert sum(c.device_time_us for c in _scan_calls(path, 2)) == pytest.approx(with_types)

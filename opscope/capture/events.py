@@ -94,19 +94,17 @@ LAUNCH_TYPES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_dri
 TASK_TYPES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
-def _launch(e, name: str) -> Launch | None:
-    """The ids of a host event that is a device runtime call, None for a profiler range (operator, annotation).
+def _launch(e, corr) -> Launch | None:
+    """The ids of a host event that is a device runtime call, None for a profiler range (annotation).
 
     Read while the step's events are all alive: ``linked_correlation_id()`` follows a weak reference to the
     operator the call was made in, which is gone once that operator's own event has been released."""
-    if "::" in name:
-        return None         # an operator or the profiler's bookkeeping: no runtime call has '::' in its name
     if _ACTIVITY:
         if e.activity_type() not in LAUNCH_TYPES:
             return None
-        return Launch(e.correlation_id(), e.linked_correlation_id())
+        return Launch(corr, e.linked_correlation_id())
     linked = e.linked_correlation_id()   # older torch: only a Kineto activity (a runtime call) links to an op
-    return Launch(e.correlation_id(), linked) if linked else None
+    return Launch(corr, linked) if linked else None
 
 
 def _is_task(e) -> bool:
@@ -158,7 +156,9 @@ def calls_from_kineto(events: list, step: int, table_entries: list, main_thread:
         kind = e.device_type()
         if kind == _CPU if _CPU is not None else str(kind).endswith("CPU"):
             tid = e.start_thread_id()
-            corr = _launch(e, name) or e.correlation_id()
+            corr = e.correlation_id()
+            if "::" not in name:   # an operator or the profiler's bookkeeping is never a runtime call
+                corr = _launch(e, corr) or corr
             rec = (e.start_ns(), e.duration_ns(), name, e.sequence_nr(), corr, step, e)
             if memory is not None and is_phase_range(name):
                 memory["ranges"].append((rec[0], rec[0] + rec[1], name))
