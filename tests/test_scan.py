@@ -183,7 +183,7 @@ def test_bad_arguments_give_one_line_errors(args, message):
 
 @pytest.mark.gpu
 def test_scan_on_cuda_records_device_time(tmp_path):
-    """On a GPU, every operator of scan.json that launched device work (as the exported traces show it: a
+    """On a GPU, every operator of scan.json that launched kernels (as the exported traces show it: a
     kernel carries the External id of the operator around its launch) holds device time: the convolutions'
     backward and the classifier's addmm among them."""
     gpu_check = bench_module("gpu_check")
