@@ -231,3 +231,55 @@ def test_the_h200_cnn_scan_verifies_without_false_alarms_and_a_planted_bug_fails
     planted = verify_operators(operators, "cuda", only=only)["results"]
     assert {r["op"] for r in planted if r["outcome"] == "fail"} >= {
         "aten::max_pool2d_with_indices_backward", "aten::_batch_norm_impl_index", "aten::_convolution"}
+
+
+# ------------------------------------------------------------------ float32 convolutions run as TF32
+
+CONV2D_FP32 = op("aten::conv2d", [[32, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []],
+                 ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+                 [None, None, None, [1, 1], [1, 1], [1, 1], 1])
+
+
+def _tf32(t):
+    """float32 values rounded to TF32's 10-bit mantissa, as a tensor core reads them."""
+    mantissa, exponent = torch.frexp(t)
+    return torch.ldexp(torch.round(mantissa * 2 ** 11) / 2 ** 11, exponent)
+
+
+@pytest.fixture()
+def tf32_device(monkeypatch):
+    real = replay_run.run_on_device
+
+    def use(bug: float = 1.0):
+        def device(call, _device):
+            if call.name != "aten::conv2d":
+                return real(call, torch.device("cpu"))
+            x, w, b, stride, padding, dilation, groups = call.args
+            return [torch.nn.functional.conv2d(_tf32(x), _tf32(w), b, stride, padding, dilation, groups) * bug]
+        monkeypatch.setattr(replay_run, "run_on_device", device)
+    use()
+    return use
+
+
+def test_fp32_convolution_on_a_tf32_device_is_judged_at_tf32_precision(tf32_device):
+    on_tf32 = verify_signature(CONV2D_FP32, DEVICE, fp32_reduced=frozenset({"conv"}))
+    assert on_tf32.outcome == "pass" and on_tf32.standard == "benchmark (cube, TF32/HF32)", on_tf32.message
+    strict = verify_signature(CONV2D_FP32, DEVICE)   # a device that said it computes float32 as float32
+    assert strict.outcome == "fail", strict.message
+    tf32_device(bug=1.01)
+    bad = verify_signature(CONV2D_FP32, DEVICE, fp32_reduced=frozenset({"conv"}))
+    assert bad.outcome == "fail", bad.message
+
+
+def test_tf32_settings_are_read_from_torch(monkeypatch):
+    from opscope.replay.run import reduced_fp32
+    assert reduced_fp32(torch.device("cpu")) == frozenset()
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert reduced_fp32(torch.device("cuda")) == frozenset({"conv"})
+        torch.set_float32_matmul_precision("high")
+        assert reduced_fp32(torch.device("cuda")) == frozenset({"conv", "matmul"})
+    finally:
+        torch.set_float32_matmul_precision(previous)

@@ -90,10 +90,18 @@ def scaled_stats(actual, oracle, scale, thresholds: dict) -> dict:
     return {"max_rel_err": float(rel.max()), "mean_rel_err": float(rel.mean()), "rmse": float(rel.pow(2).mean().sqrt())}
 
 
-def is_cube(base: str, dtype, standards: dict) -> bool:
-    """A low-precision matmul/convolution output, judged on its accumulated magnitude (``standards.cube``)."""
+def cube_family(base: str) -> str:
+    """``conv`` or ``matmul``: which device setting (TF32/HF32) governs a cube op's float32 arithmetic."""
+    return "conv" if "conv" in base else "matmul"
+
+
+def is_cube(base: str, dtype, standards: dict, reduced_fp32: bool = False) -> bool:
+    """A low-precision matmul/convolution output, judged on its accumulated magnitude (``standards.cube``);
+    ``reduced_fp32``: the device runs this op's float32 with a 10-bit mantissa (TF32/HF32), so float32 too."""
     cube = (standards.get("standards") or {}).get("cube") or {}
-    return base in (cube.get("ops") or []) and _dtype_key(dtype) in (cube.get("dtypes") or [])
+    if base not in (cube.get("ops") or []):
+        return False
+    return _dtype_key(dtype) in (cube.get("dtypes") or []) or (reduced_fp32 and _dtype_key(dtype) == "float32")
 
 
 PUBLIC_METRICS = ("cosine", "max_abs_err", "max_rel_err", "ratio_rel_err_lt_0_001", "ratio_rel_err_lt_0_005")
@@ -147,11 +155,12 @@ def _benchmark(base: str, dev: dict, ref: dict, thresholds: dict, standards: dic
 
 
 def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index: bool = False,  # noqa: C901
-                 scale=None) -> dict:
+                 scale=None, reduced_fp32: bool = False) -> dict:
     """Judge one output tensor.  Returns {outcome, standard, metrics, message}.
 
     ``scale``: the op's float64 result on its inputs' absolute values, for a low-precision cube
     op (``is_cube``): its relative errors and RMSE are then judged on that magnitude.
+    ``reduced_fp32``: the device runs this cube op's float32 as TF32/HF32 (``cube.reduced_fp32``).
     """
     # above complexity 15: one branch per way two outputs can differ (missing, shape, dtype, exact, float)
     import torch
@@ -184,9 +193,13 @@ def judge_tensor(base: str, device, reference, oracle, standards: dict, is_index
     ref = error_stats(reference, golden, thresholds)
     standard = "benchmark"
     scaled = None
-    if scale is not None and tuple(scale.shape) == tuple(device.shape) and is_cube(base, device.dtype, standards):
+    if scale is not None and tuple(scale.shape) == tuple(device.shape) \
+            and is_cube(base, device.dtype, standards, reduced_fp32):
         scaled = (scaled_stats(device, golden, scale, thresholds), scaled_stats(reference, golden, scale, thresholds))
         standard = "benchmark (cube)"
+        if not is_cube(base, device.dtype, standards):   # float32 run as TF32/HF32: that precision's floor
+            thresholds = dict(thresholds, min_err=float(standards["standards"]["cube"]["reduced_fp32"]["min_err"]))
+            standard = "benchmark (cube, TF32/HF32)"
     if dev["inf_nan_mismatch"] > ref["inf_nan_mismatch"]:
         outcome, message = "fail", f"{dev['inf_nan_mismatch']} inf/nan not where the CPU has them"
     else:
@@ -228,7 +241,7 @@ def backend_outputs(base: str, standards: dict) -> dict[int, str]:
 
 
 def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | None, standards: dict,  # noqa: C901
-                  scale: list | None = None) -> dict:
+                  scale: list | None = None, reduced_fp32: bool = False) -> dict:
     """Judge every output of one call; the worst outcome wins.  Metrics are the first float output's.
 
     Outputs that name the backend are not compared: ``metrics["not_compared"]`` lists them with
@@ -251,7 +264,7 @@ def judge_outputs(base: str, device_outs: list, reference: list, oracle: list | 
         orc = oracle[pos] if oracle is not None and pos < len(oracle) else None
         mag = scale[pos] if scale is not None and pos < len(scale) else None
         is_index = base in index_ops and ref is not None and not ref.dtype.is_floating_point
-        judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index, scale=mag)
+        judged = judge_tensor(base, dev, ref, orc, standards, is_index=is_index, scale=mag, reduced_fp32=reduced_fp32)
         if is_index and judged["outcome"] == "fail" and _tie_only(device_outs, reference, pos):
             judged["outcome"] = "warn"
             judged["message"] = f"indices differ at ties ({judged['message']}); the values match exactly"

@@ -151,10 +151,37 @@ def run_magnitude(call):
     return [o.detach() if o is not None else None for o in flatten_outputs(call.packet()(*args, **kwargs))]
 
 
-def _magnitude(base: str, call, reference: list, standards: dict):
+def reduced_fp32(device) -> frozenset[str]:
+    """The cube families (``conv``, ``matmul``) whose float32 this process runs on ``device`` with a
+    10-bit mantissa: TF32 on CUDA (cuDNN convolutions by default), HF32 on Ascend (convolutions by
+    default).  Read from torch's settings here: the script's own settings are not recorded."""
+    import warnings
+
+    import torch
+    families = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the legacy flags are the effective settings; the new API may warn
+        try:
+            if device.type == "cuda":
+                if torch.backends.cudnn.allow_tf32:
+                    families.add("conv")
+                if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":
+                    families.add("matmul")
+            elif device.type == "npu":   # pragma: no cover - needs torch_npu
+                npu = getattr(torch, "npu", None)
+                if getattr(getattr(npu, "conv", None), "allow_hf32", False):
+                    families.add("conv")
+                if getattr(getattr(npu, "matmul", None), "allow_hf32", False):
+                    families.add("matmul")
+        except Exception:   # a build without these settings: full float32
+            return frozenset()
+    return frozenset(families)
+
+
+def _magnitude(base: str, call, reference: list, standards: dict, reduced: bool = False):
     """``run_magnitude`` for a low-precision cube op (``standards.cube``), else None."""
     from opscope.analysis.verify import is_cube
-    if not any(r is not None and is_cube(base, r.dtype, standards) for r in reference):
+    if not any(r is not None and is_cube(base, r.dtype, standards, reduced) for r in reference):
         return None
     try:
         return run_magnitude(call)
@@ -224,11 +251,13 @@ def _measure_cpu(result, reference: list, oracle: list | None, standards: dict):
 
 
 def verify_signature(op, device, source=None, standards: dict | None = None,
-                     max_elements: int | None = None) -> SignatureResult:
-    """Replay one captured signature on ``device`` and judge it against the CPU."""
+                     max_elements: int | None = None, fp32_reduced: frozenset[str] = frozenset()) -> SignatureResult:
+    """Replay one captured signature on ``device`` and judge it against the CPU.
+
+    ``fp32_reduced``: the cube families the device runs in TF32/HF32 (``reduced_fp32``)."""
     import torch
 
-    from opscope.analysis.verify import judge_outputs, msprobe_outcome, prediction_disagreement
+    from opscope.analysis.verify import cube_family, judge_outputs, msprobe_outcome, prediction_disagreement
     standards = standards or load_standards()
     started = time.perf_counter()
     result = SignatureResult(op=op.name, overload=op.overload, input_shapes=op.input_shapes, dtypes=op.dtypes,
@@ -258,9 +287,10 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
                 result.message = _one_line(exc)
                 return result
         _, base = short_name(op.name)
+        reduced = cube_family(base) in fp32_reduced
         with torch.no_grad():
-            scale = _magnitude(base, call, reference, standards) if oracle is not None else None
-        judged = judge_outputs(base, device_out, reference, oracle, standards, scale=scale)
+            scale = _magnitude(base, call, reference, standards, reduced) if oracle is not None else None
+        judged = judge_outputs(base, device_out, reference, oracle, standards, scale=scale, reduced_fp32=reduced)
         result.outcome, result.metrics, result.standard, result.message = (
             judged["outcome"], judged["metrics"], judged["standard"], judged["message"])
         result.msprobe = msprobe_outcome(result.outcome, standards)
@@ -274,6 +304,14 @@ def verify_signature(op, device, source=None, standards: dict | None = None,
         result.seconds = round(time.perf_counter() - started, 4)
         result.disagreement = prediction_disagreement(result.outcome, result.predicted_verdict, device.type)
     return result
+
+
+def _fp32_note(families: frozenset[str]) -> str:
+    if not families:
+        return ""
+    names = " and ".join({"conv": "convolutions", "matmul": "matmuls"}[f] for f in sorted(families))
+    return (f"; float32 {names} judged at TF32/HF32 precision (the device runs them with a 10-bit mantissa "
+            "by this process's settings)")
 
 
 def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, progress=None,
@@ -293,8 +331,10 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     clock = time.perf_counter()
     results = []
+    fp32_reduced = reduced_fp32(device)
     for i, op in enumerate(chosen, 1):
-        res = verify_signature(op, device, source=source, standards=standards, max_elements=max_elements)
+        res = verify_signature(op, device, source=source, standards=standards, max_elements=max_elements,
+                               fp32_reduced=fp32_reduced)
         results.append(res)
         if progress is not None:
             progress(i, len(chosen), res)
@@ -312,7 +352,7 @@ def verify_operators(operators, device_name: str, run_dir=None, seed: int = 0, p
         "seed": seed,
         "reference": ("none: on the CPU the device run is the reference run; floating-point results are "
                       "measured against the CPU float64 oracle (CPU numerics, not NPU evidence)")
-        if device.type == "cpu" else "CPU in the captured dtype; oracle: CPU float64",
+        if device.type == "cpu" else "CPU in the captured dtype; oracle: CPU float64" + _fp32_note(fp32_reduced),
         "standards": "support_matrix/verify_standards.yaml (mindstudio-probe 26.2.0 accuracy-checker standards)",
         "counts": summarise(rows),
         "results": rows,
