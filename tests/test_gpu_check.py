@@ -121,3 +121,31 @@ def test_the_h200_runs_give_the_issues_figures(tmp_path):
     assert "GPT-2 small: backend kernels unsupported / cpu-fallback / unknown at torch_npu 2.14.0 |" in text
     assert "5,507,750,400 vs 5,506,832,896 B (1.0002)" in text
     assert "plain 24.1; bare profiler 48.3 CPU, 53.3 CPU+CUDA; scan 222.8" in text
+
+
+@pytest.mark.skipif(not (H200 / "cnn" / "traces").is_dir(), reason="the shared H200 runs are not here")
+@pytest.mark.parametrize("model", ["cnn", "gpt2"])
+def test_the_scans_event_path_meets_the_checks_kernel_rows_on_the_h200_traces(tmp_path, model):
+    """The H200 traces replayed through the scan's own event path (tests/kineto_trace.py) give the operators the
+    check's kernel rows ask for: total device time within 5 % of the traces', no operator that launched a kernel
+    without device time. What the `gpu` tests assert of a live GPU scan, checked here on recorded events."""
+    pytest.importorskip("torch")
+    from kineto_trace import kineto_events, load_trace
+
+    from opscope.capture.events import calls_from_kineto, compact_calls
+
+    run = tmp_path / model
+    (run / "traces").mkdir(parents=True)
+    operators, traces = [], []
+    for step in (1, 2, 3):
+        name = f"step_{step:04d}.json.gz"
+        shutil.copy(H200 / model / "traces" / name, run / "traces" / name)
+        traces.append(f"traces/step_{step:04d}.json")          # as scan.json lists them (gzipped copies are read)
+        calls = compact_calls(calls_from_kineto(kineto_events(load_trace(run / "traces" / name)), step, [], None,
+                                                release=True))
+        operators += [{"name": c.name, "device_time_us": c.device_time_us, "on_device": c.device == "device"}
+                      for c in calls]
+    (run / "scan.json").write_text(json.dumps({"operators": operators, "traces": traces}))
+    total, silent = gpu_check.kernel_rows(model, run)
+    assert total.met is True, total.measured
+    assert silent.met is True, silent.measured
