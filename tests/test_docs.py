@@ -44,7 +44,8 @@ def shell_examples(text: str) -> list[tuple[str, str | None]]:
         lines = [line for line in block.group(2).splitlines() if line.strip() and not line.lstrip().startswith("#")]
         nxt = blocks[i + 1] if i + 1 < len(blocks) else None
         shown = None
-        if nxt is not None and nxt.group(1) == "text" and not text[block.end():nxt.start()].strip():
+        # the output: the ```text block right after, or after a paragraph introducing it (no heading between)
+        if nxt is not None and nxt.group(1) == "text" and "\n#" not in text[block.end():nxt.start()]:
             shown = nxt.group(2)
         found += [(line.strip(), shown if k == len(lines) - 1 else None) for k, line in enumerate(lines)]
     return found
@@ -60,6 +61,40 @@ def line_pattern(line: str) -> str:
             out.append(r"[ \t]+" if token.isspace() else NUMBER if re.fullmatch(NUMBER, token) else re.escape(token))
         return "".join(out)
     return ".*?".join(loose(part.strip()) for part in line.strip().split("…"))
+
+
+def unmarked_gaps(shown: str, output: str) -> list[str]:
+    """Where the shown output skips lines of the real one (or shows them out of order) with no ``…`` line there.
+
+    Each shown line is matched to the first output line after the previous match; two shown lines in a row
+    must match output lines in a row (blank output lines aside), unless a line of its own ``…`` stands between.
+    """
+    lines = [line for line in output.splitlines() if line.strip()]
+    gaps: list[str] = []
+    cursor, marked, previous = -1, True, None
+    for line in shown.splitlines():
+        if not line.strip():
+            continue
+        if line.strip() == "…":
+            marked = True
+            continue
+        pattern = re.compile(line_pattern(line))
+        at = next((i for i in range(cursor + 1, len(lines)) if pattern.search(lines[i])), None)
+        if at is None:
+            gaps.append(f"{line!r} is not printed after {previous!r}")
+            break
+        if previous is not None and not marked and at != cursor + 1:
+            gaps.append(f"{at - cursor - 1} line(s) between {previous!r} and {line!r}")
+        cursor, marked, previous = at, False, line
+    return gaps
+
+
+def test_an_omitted_run_of_lines_must_be_marked():
+    output = "a 1\nb 2\nc 3\nd 4\n"
+    assert unmarked_gaps("a 1\nb 2\n", output) == []
+    assert unmarked_gaps("a 1\n…\nd 4\n", output) == []
+    assert unmarked_gaps("a 1\nc 3\n", output) == ["1 line(s) between 'a 1' and 'c 3'"]
+    assert unmarked_gaps("c 3\na 1\n", output)   # out of order
 
 
 def _normalised(command: str) -> str:
@@ -105,6 +140,8 @@ def test_shown_commands_run_and_print_what_is_shown(page, tmp_path):
             if line.strip() and line.strip() != "…":
                 assert re.search(line_pattern(line), output), \
                     f"{page.name}: `{command}` no longer prints a line like {line!r}"
+        gaps = unmarked_gaps(shown or "", output)
+        assert not gaps, f"{page.name}: `{command}`: lines left out without a '…' line: {gaps[0]}"
 
 
 def test_site_builds_strictly(tmp_path):
