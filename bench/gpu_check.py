@@ -16,8 +16,9 @@ and prints one row per figure of issue 40's table: kernel time in scan.json agai
 total, backend kernels judged unsupported / cpu-fallback / unknown, verify's failures on the CNN, the memory fit's
 peak against `max_memory_allocated`, and the median iteration of each GPT-2 run (iterations 3 onwards). Each row
 says what the issue asks and whether it is met. `--out FILE` appends the dated table (date, commit, GPU, torch) to
-FILE; `--work DIR` keeps the runs (default: a temporary folder). `--from DIR` builds the table from such a folder,
-or from one laid out like it (`cnn/`, `gpt2/` run folders, `logs/*.txt`), without running anything.
+FILE; `--work DIR` keeps the runs (default: a temporary folder). `--tests` also runs the test suite here (its `gpu`
+tests included; longer than the rest) and adds pytest's summary as a row. `--from DIR` builds the table from such a
+folder, or from one laid out like it (`cnn/`, `gpt2/` run folders, `logs/*.txt`), without running anything.
 
 Exit status: 0 the table was written; 1 a run it needs failed (the table is written with what could be
 measured); 3 no CUDA GPU is visible here (one line on stderr, nothing run).
@@ -56,6 +57,7 @@ BAD_VERDICTS = ("unsupported", "cpu-fallback", "unknown")
 DEVICE_TASKS = ("kernel", "gpu_memcpy", "gpu_memset")
 ITER = re.compile(r"^iter (\d+):.*?time ([0-9.]+)\s*ms", re.M)
 PEAK = re.compile(r"^PEAK (\{.*\})\s*$", re.M)
+SUMMARY = re.compile(r"^=*\s*(\d+ \w+(?:, \d+ \w+)* in [0-9.]+s[^=\n]*)", re.M)   # pytest's last line
 
 # plain / bare-profiler runs of a script: the profiler spans the whole script, as in the issue's floor
 # (the profiler's events are never read: the floor is what recording costs, and reading them would take minutes)
@@ -251,7 +253,18 @@ def build_rows(work: Path) -> list[Row]:
     rows += overhead_rows("GPT-2 small", {
         "plain": read_text(logs / "gpt2_plain.txt"), "profiler-cpu": read_text(logs / "gpt2_floor_cpu.txt"),
         "profiler-cuda": read_text(logs / "gpt2_floor_cuda.txt"), "scan": read_text(logs / "gpt2_scan.txt")})
+    suite = read_text(logs / "pytest.txt")
+    if suite is not None:
+        rows.append(suite_row(suite))
     return rows
+
+
+def suite_row(log: str) -> Row:
+    """The test suite run on this machine (``--tests``): pytest's last summary line."""
+    found = SUMMARY.findall(log)
+    summary = found[-1].strip("= ") if found else "no summary (see logs/pytest.txt)"
+    return Row("`python -m pytest tests/` on this machine", summary, "no failure",
+               bool(found) and not re.search(r"\b(failed|error|errors)\b", summary))
 
 
 def judge(run: Path, out: Path) -> dict | None:
@@ -302,8 +315,8 @@ def _run(cmd: list, log: Path, timeout: int) -> int:
     return rc
 
 
-def run_all(work: Path) -> dict:
-    """Every run of the table into ``work``; returns the exit codes."""
+def run_all(work: Path, tests: bool = False) -> dict:
+    """Every run of the table into ``work`` (and the test suite when ``tests``); returns the exit codes."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     opscope = [sys.executable, "-m", "opscope"]
@@ -316,6 +329,11 @@ def run_all(work: Path) -> dict:
         rc[name] = _run([sys.executable, "-c", RUNNER, mode, NANOGPT, *GPT2_ARGS], logs / f"{name}.txt", 300)
     rc["gpt2_scan"] = _run(opscope + ["scan", NANOGPT, "--steps", str(SCAN_STEPS), "--out", work / "gpt2",
                                       "--format", "", "--", *GPT2_ARGS], logs / "gpt2_scan.txt", 400)
+    if tests:   # the whole suite, its gpu tests included; in parallel where pytest-xdist is installed
+        import importlib.util
+        workers = ["-n", str(min(16, os.cpu_count() or 1))] if importlib.util.find_spec("xdist") else []
+        rc["pytest"] = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, "tests/"],
+                            logs / "pytest.txt", 3600)
     (work / "gpu_check.json").write_text(json.dumps(rc, indent=1), encoding="utf-8")
     return rc
 
@@ -355,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="append the dated table to this Markdown file")
     ap.add_argument("--work", type=Path, help="keep the runs in this folder (default: a temporary one)")
     ap.add_argument("--from", dest="source", type=Path, help="build the table from runs made before; run nothing")
+    ap.add_argument("--tests", action="store_true",
+                    help="also run the test suite here (longer than the rest: minutes to tens of minutes)")
     args = ap.parse_args(argv)
     command = " ".join(["python bench/gpu_check.py", *(sys.argv[1:] if argv is None else argv)])
     if args.source is not None:
@@ -371,13 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="opscope-gpu-check-") as tmp:
         work = args.work or Path(tmp)
         print(f"gpu_check: {gpu}, runs in {work}", file=sys.stderr)
-        rc = run_all(work)
+        rc = run_all(work, tests=args.tests)
         rows = build_rows(work)
     meta = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"), "commit": commit(), "gpu": gpu,
             "torch": f"{torch.__version__}, Python {platform.python_version()}", "command": command,
             "wall_s": time.monotonic() - start}
     write(render(rows, meta), args.out)
-    failed = [k for k, v in rc.items() if v != 0 and k != "verify_rc"]
+    failed = [k for k, v in rc.items() if v != 0 and k not in ("verify_rc", "pytest")]
     return RUN_FAILED if failed else 0
 
 

@@ -88,6 +88,13 @@ def test_backend_verify_memory_and_overhead_rows():
     assert rows[1].measured == "9.3x, 4.1x" and rows[1].met is False
 
 
+def test_the_suites_row_is_pytests_summary():
+    row = gpu_check.suite_row("...\n716 passed, 98 skipped, 13 failed in 312.45s (0:05:12)\n")
+    assert row.measured == "716 passed, 98 skipped, 13 failed in 312.45s (0:05:12)" and row.met is False
+    assert gpu_check.suite_row("===== 9 passed, 1 warning in 41.19s =====\n").met is True
+    assert gpu_check.suite_row("Killed\n").met is False
+
+
 def test_render_is_one_markdown_table_with_date_commit_card_and_torch():
     rows = [gpu_check.Row("a | b", "1", "2", True), gpu_check.Row("c", "3", "-", None)]
     text = gpu_check.render(rows, {"date": "2026-11-28", "commit": "970466c", "gpu": "NVIDIA H200",
