@@ -198,6 +198,9 @@ def test_scan_on_cuda_records_device_time(tmp_path):
     for name in ("aten::addmm", "aten::convolution_backward"):
         ops = [op for op in scan["operators"] if op["name"] == name and op["on_device"]]
         assert ops and all(op["device_time_us"] > 0 for op in ops), name
+    # the forward convolution's cuDNN kernels: on the public op the backend kernel is folded into
+    forward = ("aten::conv2d", "aten::convolution", "aten::_convolution")
+    assert sum(op["device_time_us"] for op in scan["operators"] if op["name"] in forward) > 0
 
 
 def test_host_only_data_loading_is_not_an_npu_candidate(cnn_scan):
