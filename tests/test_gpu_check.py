@@ -105,6 +105,22 @@ def test_render_is_one_markdown_table_with_date_commit_card_and_torch():
     assert lines[4] == "| a \\| b | 1 | 2 | yes |" and lines[5] == "| c | 3 | - | - |"
 
 
+def test_the_suite_runs_with_the_gpu_hidden_and_gpu_env_gives_it_back():
+    """conftest.py: every test (and every process it starts) sees no GPU; a ``gpu`` test's processes get the
+    CUDA_VISIBLE_DEVICES the suite was started with."""
+    import os
+
+    import torch
+    from conftest import gpu_env
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and not torch.cuda.is_available()
+    show = "import os; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"
+    child = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=60)
+    assert child.stdout.strip() == "''"
+    given = os.environ["OPSCOPE_TEST_CUDA_VISIBLE_DEVICES"]
+    child = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=60, env=gpu_env())
+    assert child.stdout.strip() == ("None" if given == "<unset>" else repr(given))
+
+
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_3(tmp_path):
     env = dict(__import__("os").environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path / "gpu.md")],
