@@ -209,3 +209,24 @@ def test_every_documented_command_parses(page, command):
     except SystemExit as exc:   # argparse's way of saying no: one line on stderr
         pytest.fail(f"{page}: `{command}` is refused by the CLI (exit {exc.code})")
     assert callable(args.func)
+
+
+def test_the_report_screenshot_shows_the_reports_sections(cnn_scan, tmp_path):
+    """docs/images/report-screenshot.png is taken by docs/hooks/screenshots.py, which records the report's
+    sections beside it: a report that gains, loses or reorders a section makes the picture stale."""
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "docs" / "hooks" / "screenshots.py")
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    proc = subprocess.run([sys.executable, "-m", "opscope", "report", str(cnn_scan), "--format", "html", "-o",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    now = shots.report_sections((tmp_path / "report.html").read_text(encoding="utf-8"))
+    recorded = __import__("json").loads(shots.RECORD.read_text(encoding="utf-8"))["sections"]
+    assert "Port plan" in now and now == recorded, (
+        f"the report's sections changed ({recorded} -> {now}): the screenshot is stale; take it again with "
+        "`python docs/hooks/screenshots.py`")
+    page = (ROOT / "docs" / "getting-started" / "reading-the-report.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| \*\*(.+?)\*\* \|", page, re.M)
+    wanted = [s for s in now if not s.startswith("What will be slow")]   # named by chip in the report
+    assert [s for s in listed if s in wanted] == wanted, \
+        f"reading-the-report.md lists the sections {listed}; the report has {now}"
