@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -319,6 +320,12 @@ def run_all(work: Path, tests: bool = False) -> dict:
     """Every run of the table into ``work`` (and the test suite when ``tests``); returns the exit codes."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    for stale in ("cnn-judged", "gpt2-judged", "logs/pytest.txt"):   # an earlier check's, in a kept --work
+        path = work / stale
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
     opscope = [sys.executable, "-m", "opscope"]
     rc = {"cnn_scan": _run(opscope + ["scan", CNN, "--steps", "5", "--out", work / "cnn", "--format", "",
                                       "--quiet", "--", "--epochs", "1"], logs / "cnn_scan.txt", 300)}
