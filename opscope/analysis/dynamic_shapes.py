@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from opscope.model import DynamicShape, OpCall, RootCause, freeze, freeze_shared, loader_key
 
@@ -121,8 +122,24 @@ def load_origins(side: dict | None, baseline_step: int = 1) -> tuple[dict, dict]
     return table, dict(shapes)
 
 
-# above complexity 15: one pass over the steps attributing each varying shape to its root cause
-def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,  # noqa: C901
+@dataclass(frozen=True)
+class _Trace:
+    """The shape origins of a capture, worked out once: the tables every step of the attribution reads."""
+    know: dict
+    dataloaders: dict
+    origins: dict     # origin id -> {where, kind, parents, calls, library}
+    produced: dict    # origin id -> {step -> set of shape keys}
+    changed: dict     # origin id -> the steps whose shapes changed
+    entries: list     # origin ids where a varying size enters the data
+    folded: dict      # entry point that only passes a size on -> the entry point it takes it from
+
+    def root(self, roots: dict, oid: int) -> RootCause:
+        """The root cause of entry point ``oid``, made once and kept in ``roots``."""
+        return _root(roots, oid, self.origins, self.produced, self.changed, self.folded, self.dataloaders,
+                     self.know)
+
+
+def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict | None = None,
                         dataloaders: dict | None = None, notes: list | None = None):
     """Return (dynamic_shapes, root_causes, dynamic_keys).
 
@@ -132,15 +149,37 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
     ``dataloaders`` maps a DataLoader's "file:line" -> {"drop_last", "batch_size", ...}.
     ``dynamic_keys`` is the set of (op name, source line) pairs found dynamic.
     """
-    know = _knowledge()
-    dataloaders = dataloaders or {}
+    trace = _trace(side, baseline_step, dataloaders or {})
+    by_op, setup_sites = _dynamic_sites(*_group_by_site(calls, baseline_step), trace)
+    roots: dict = {}
+    dynamic = [_dynamic_op(name, source, entry, roots, trace) for (name, source), entry in by_op.items()]
+    _add_data_dependent(dynamic, roots, trace)
+    if setup_sites and notes is not None:
+        notes.append(_set_up_note(setup_sites, baseline_step))
+    dynamic_keys = {(d.op, d.source) for d in dynamic}
+    out = []
+    for rc in roots.values():
+        rc.ops = list(dict.fromkeys(rc.ops))
+        _library_fix(rc, trace.know)
+        out.append(rc)
+    out.sort(key=lambda r: (-len(r.ops), r.source or ""))
+    return dynamic, out, dynamic_keys
+
+
+def _trace(side: dict | None, baseline_step: int, dataloaders: dict) -> _Trace:
+    """Which origins changed shape and which of them are entry points: an origin whose shapes changed
+    while its parents' did not (or one that is always a new source of variation), shape flow folded."""
     origins, produced = load_origins(side, baseline_step)
     changed = {oid: _changed(per_step) for oid, per_step in produced.items()}
     entries = sorted(oid for oid, steps in changed.items() if steps and oid in origins and (
         origins[oid]["kind"] in _ALWAYS_ENTRY or not any(changed.get(p) for p in origins[oid]["parents"])))
-    folded = _fold_by_shape_flow(entries, origins, produced)
+    return _Trace(know=_knowledge(), dataloaders=dataloaders, origins=origins, produced=produced,
+                  changed=changed, entries=entries, folded=_fold_by_shape_flow(entries, origins, produced))
 
-    # -- dynamic operators: the same op at the same call site, a changed shape later ----
+
+def _group_by_site(calls: list[OpCall], baseline_step: int) -> tuple[dict, dict, dict]:
+    """Per call site (op, line, enclosing op, phase): the shapes per step, the calls per step and shape,
+    and the calls themselves.  One pass over every captured call, so it stays a plain loop."""
     per_site: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
     site_counts: dict[tuple, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     site_calls: dict[tuple, list] = defaultdict(list)
@@ -153,6 +192,12 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         per_site[site][c.step].add(key)
         site_counts[site][c.step][key] += int(c.count or 1)
         site_calls[site].append(c)
+    return per_site, site_counts, site_calls
+
+
+def _dynamic_sites(per_site: dict, site_counts: dict, site_calls: dict, trace: _Trace) -> tuple[dict, list]:
+    """(op, line) -> its changed steps, shapes per step, entry points and libraries, merged over the call
+    sites whose shapes changed; and the sites set aside as one-time set-up."""
     by_op: dict[tuple, dict] = {}
     setup_sites: list[tuple] = []
     for site, per_step in per_site.items():
@@ -160,7 +205,7 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         if not steps:
             continue
         site_origins = {o for c in site_calls[site] for o in (c.origins or [])}
-        if _set_up_once(per_step, steps, site_origins, changed):
+        if _set_up_once(per_step, steps, site_origins, trace.changed):
             setup_sites.append(site)
             continue
         entry = by_op.setdefault((site[0], site[1]), {"shapes": defaultdict(set), "roots": set(), "steps": set(),
@@ -171,76 +216,79 @@ def find_dynamic_shapes(calls: list[OpCall], baseline_step: int = 1, side: dict 
         for c in site_calls[site]:
             if c.library:
                 entry["libraries"][c.library] += c.count or 1
-            entry["roots"].update(folded.get(o, o) for o in (c.origins or []) if o in folded or o in entries)
-    dynamic: list[DynamicShape] = []
-    roots: dict = {}
-    for (name, source), entry in by_op.items():
-        shape_sets = [list(s) for shapes in entry["shapes"].values() for s in shapes]
-        dims = varying_dims(shape_sets)
-        shapes_per_step = {str(k): sorted([_listify(s) for s in v]) for k, v in sorted(entry["shapes"].items())}
-        library = max(entry["libraries"].items(), key=lambda kv: kv[1], default=(None, 0))[0]
-        if entry["roots"]:
-            primary = max(entry["roots"])  # the closest (latest created) entry point
-            for oid in sorted(entry["roots"]):
-                _root(roots, oid, origins, produced, changed, folded, dataloaders, know).ops.append(name)
-            where, kind = origins[primary]["where"], _kind(primary, origins, produced, dataloaders)
-        elif name in know["data_dependent_ops"]:
-            # a data-dependent operator called from inside a library (no Python call to follow)
-            where, kind = source, "data-dependent-output"
-            rc = roots.get(("data-dependent-output", source))
-            if rc is None:
-                rc = roots[("data-dependent-output", source)] = RootCause(
-                    source=source, cause=kind, kind=kind, suggestion=know["suggestions"][kind],
-                    varying_dims=list(dims), library=library,
-                    evidence=f"{name} (output size depends on tensor values) runs on this line with changing shapes")
-            rc.ops.append(name)
-        else:
-            where, kind = source, "untraced"
-            rc = roots.get(("untraced", source))
-            if rc is None:
-                rc = roots[("untraced", source)] = RootCause(
-                    source=source, cause="input-varies", kind="untraced", suggestion=know["suggestions"]["untraced"],
-                    varying_dims=list(dims), library=library,
-                    evidence="the input shapes of operators on this line changed between steps, but none of their "
-                             "inputs carries a traced origin whose shape changed (opscope cannot say where the "
-                             "size comes from)")
-            rc.ops.append(name)
-        dynamic.append(DynamicShape(op=name, source=source, cause=CAUSE_OF_KIND.get(kind, "input-varies"),
-                                    varying_dims=dims, shapes_per_step=shapes_per_step, root_cause=where,
-                                    suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"]),
-                                    library=library))
-    # data-dependent operators are dynamic by their outputs, whatever their inputs did
+            entry["roots"].update(trace.folded.get(o, o) for o in (c.origins or [])
+                                  if o in trace.folded or o in trace.entries)
+    return by_op, setup_sites
+
+
+def _dynamic_op(name: str, source, entry: dict, roots: dict, trace: _Trace) -> DynamicShape:
+    """One dynamic operator at one line, its root causes recorded in ``roots``: its traced entry points,
+    else the line itself (a data-dependent op inside a library, or an untraced size)."""
+    know = trace.know
+    shape_sets = [list(s) for shapes in entry["shapes"].values() for s in shapes]
+    dims = varying_dims(shape_sets)
+    shapes_per_step = {str(k): sorted([_listify(s) for s in v]) for k, v in sorted(entry["shapes"].items())}
+    library = max(entry["libraries"].items(), key=lambda kv: kv[1], default=(None, 0))[0]
+    if entry["roots"]:
+        primary = max(entry["roots"])  # the closest (latest created) entry point
+        for oid in sorted(entry["roots"]):
+            trace.root(roots, oid).ops.append(name)
+        where, kind = trace.origins[primary]["where"], _kind(primary, trace.origins, trace.produced,
+                                                              trace.dataloaders)
+    elif name in know["data_dependent_ops"]:
+        # a data-dependent operator called from inside a library (no Python call to follow)
+        where, kind = source, "data-dependent-output"
+        if (kind, source) not in roots:
+            roots[(kind, source)] = RootCause(
+                source=source, cause=kind, kind=kind, suggestion=know["suggestions"][kind],
+                varying_dims=list(dims), library=library,
+                evidence=f"{name} (output size depends on tensor values) runs on this line with changing shapes")
+        roots[(kind, source)].ops.append(name)
+    else:
+        where, kind = source, "untraced"
+        if (kind, source) not in roots:
+            roots[(kind, source)] = RootCause(
+                source=source, cause="input-varies", kind="untraced", suggestion=know["suggestions"]["untraced"],
+                varying_dims=list(dims), library=library,
+                evidence="the input shapes of operators on this line changed between steps, but none of their "
+                         "inputs carries a traced origin whose shape changed (opscope cannot say where the "
+                         "size comes from)")
+        roots[(kind, source)].ops.append(name)
+    return DynamicShape(op=name, source=source, cause=CAUSE_OF_KIND.get(kind, "input-varies"),
+                        varying_dims=dims, shapes_per_step=shapes_per_step, root_cause=where,
+                        suggestion=know["suggestions"].get(kind, know["suggestions"]["input-varies"]),
+                        library=library)
+
+
+def _add_data_dependent(dynamic: list[DynamicShape], roots: dict, trace: _Trace) -> None:
+    """Data-dependent operators are dynamic by their outputs, whatever their inputs did: list each one
+    (once) that the input comparison did not already find, and name it in its root cause."""
     known = {(d.op, d.source) for d in dynamic}
-    for oid in entries:
-        meta = origins[oid]
+    for oid in trace.entries:
+        meta = trace.origins[oid]
         if meta["kind"] != "data-dependent-output":
             continue
-        rc = _root(roots, oid, origins, produced, changed, folded, dataloaders, know)
+        rc = trace.root(roots, oid)
         for op in meta["calls"]:
             if op not in rc.ops:
                 rc.ops.insert(0, op)
             if (op, meta["where"]) in known:
                 continue
-            outputs = [list(s) for shapes in produced[oid].values() for s in shapes]
+            outputs = [list(s) for shapes in trace.produced[oid].values() for s in shapes]
             dynamic.append(DynamicShape(
                 op=op, source=meta["where"], cause="data-dependent-output", varying_dims=varying_dims(outputs),
                 shapes_per_step={"outputs": sorted(_listify(s) for s in set(map(freeze, outputs)))},
-                root_cause=meta["where"], suggestion=know["suggestions"]["data-dependent-output"]))
+                root_cause=meta["where"], suggestion=trace.know["suggestions"]["data-dependent-output"]))
             known.add((op, meta["where"]))
-    if setup_sites and notes is not None:
-        shown = ", ".join(sorted({f"{name} at {source or 'an unattributed line'}" for name, source, _, _ in setup_sites}))
-        notes.append(f"{len(setup_sites)} operator call site(s) changed shape once after step {baseline_step} and then "
-                     f"kept the new shapes in every later step while the data they depend on did not change then "
-                     f"({shown}): one-time set-up such as DistributedDataParallel rebuilding its gradient buckets "
-                     "after the first iteration or ZeRO partitioning optimizer state, not a dynamic shape")
-    dynamic_keys = {(d.op, d.source) for d in dynamic}
-    out = []
-    for rc in roots.values():
-        rc.ops = list(dict.fromkeys(rc.ops))
-        _library_fix(rc, know)
-        out.append(rc)
-    out.sort(key=lambda r: (-len(r.ops), r.source or ""))
-    return dynamic, out, dynamic_keys
+
+
+def _set_up_note(setup_sites: list[tuple], baseline_step: int) -> str:
+    """The note saying which call sites were judged one-time set-up rather than dynamic, and why."""
+    shown = ", ".join(sorted({f"{name} at {source or 'an unattributed line'}" for name, source, _, _ in setup_sites}))
+    return (f"{len(setup_sites)} operator call site(s) changed shape once after step {baseline_step} and then "
+            f"kept the new shapes in every later step while the data they depend on did not change then "
+            f"({shown}): one-time set-up such as DistributedDataParallel rebuilding its gradient buckets "
+            "after the first iteration or ZeRO partitioning optimizer state, not a dynamic shape")
 
 
 def _library_fix(rc: RootCause, know: dict) -> None:
