@@ -24,7 +24,15 @@ from opscope.model import ScanSettings
 
 
 class capture:
-    """Context manager; ``step()`` marks the end of a training step."""
+    """Capture the steps of a training loop in this process; ``step()`` marks the end of each step.
+
+    ``out``: the run folder (scan.json, operators.csv, traces, reports); ``steps``: how many steps to
+    record; ``target``: the torch_npu release to judge against (default the newest); ``formats``: the
+    reports to write on exit; ``warmup``: steps left out of the steady-state times; ``export_traces``:
+    write each step's Chrome trace; ``static_scan``: also read the script's source for CUDA-only APIs.
+    On exit the run is analysed and written as ``opscope scan`` writes it; ``result`` holds the
+    ``ScanResult``.
+    """
 
     def __init__(self, out: str | Path = "opscope-out", steps: int = 5, step_marker: str = "manual",
                  target: str | None = None, formats: tuple = ("html", "xlsx"), warmup: int = 0,
@@ -57,6 +65,7 @@ class capture:
 
     @property
     def done(self) -> bool:
+        """True once ``steps`` steps are captured: the loop may stop."""
         return self.session.done
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:

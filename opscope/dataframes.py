@@ -48,14 +48,17 @@ class Run:
 
     @property
     def summary(self) -> dict:
+        """The scan's summary: readiness score, signatures and time share per verdict, counts of findings."""
         return self.result.summary.to_dict()
 
     @property
     def score(self):
+        """The readiness score (0-100), or None when the scan measured no training iteration."""
         return self.result.summary.readiness_score
 
     @cached_property
     def operators(self):
+        """One row per operator signature: verdict, shapes, dtypes, phase, source line, times, evidence."""
         from opscope.report import view
         total = view.total_time_us(self.result) or 0.0
         rows = []
@@ -76,12 +79,14 @@ class Run:
 
     @cached_property
     def findings(self):
+        """One row per CUDA-only API finding (static, run-time or both) with its NPU replacement."""
         columns = ["severity", "file", "line", "column", "rule", "api", "replacement", "origin", "count",
                    "remapped_to", "message", "snippet", "library"]
         return _frame([{k: f.to_dict().get(k) for k in columns} for f in self.result.findings], columns)
 
     @cached_property
     def dynamic_shapes(self):
+        """One row per operator whose input shapes changed between steps, with its root cause."""
         from opscope.report import view
         columns = ["op", "source", "cause", "varying_dims", "root_cause", "suggestion", "steps"]
         rows = [{"op": d.op, "source": d.source, "cause": d.cause, "varying_dims": view.fmt_dims(d.varying_dims),
@@ -91,6 +96,7 @@ class Run:
 
     @cached_property
     def root_causes(self):
+        """One row per line that makes shapes change (the line to fix), with the fix suggested."""
         from opscope.report import view
         columns = ["source", "library", "kind", "cause", "varying_dims", "varied", "set_by", "ops", "suggestion"]
         rows = [{"source": rc.source, "library": rc.library, "kind": rc.kind, "cause": rc.cause,
@@ -100,6 +106,7 @@ class Run:
 
     @cached_property
     def steps(self):
+        """One row per captured step: duration, operator calls, whether it was complete, time per phase."""
         rows = []
         for s in self.result.steps:
             row = s.to_dict() if hasattr(s, "to_dict") else dict(vars(s))
@@ -132,6 +139,7 @@ class Run:
 
     @cached_property
     def fixes(self):
+        """The ranked "what to change" list of the reports, one row per change."""
         from opscope.report import view
         columns = ["kind", "severity", "what", "where", "time_share", "change", "why", "operators"]
         rows = [{"kind": f.kind, "severity": f.severity, "what": f.what, "where": f.where, "time_share": f.share,
@@ -151,6 +159,7 @@ class Run:
 
     @cached_property
     def verification(self):
+        """After `opscope verify`: one row per replayed signature with its outcome and error measures."""
         from opscope.report import verification_view
         columns = ["op", "overload", "shapes", "dtypes", "outcome", "cosine", "max_abs_err", "max_rel_err",
                    "standard", "message", "predicted_verdict", "disagreement"]
@@ -171,6 +180,7 @@ class Diff:
 
     @cached_property
     def operators(self):
+        """One row per signature paired between A and B, biggest regression first."""
         rows = [dict(vars(r)) for r in self.result.operators]
         columns = list(dict.fromkeys(k for row in rows for k in row)) or ["name", "phase", "status", "delta_us"]
         for row in rows:
@@ -185,18 +195,22 @@ class Diff:
 
     @property
     def only_a(self):
+        """Signatures recorded only in A."""
         return self._items(self.result.only_a)
 
     @property
     def only_b(self):
+        """Signatures recorded only in B."""
         return self._items(self.result.only_b)
 
     @property
     def inserted(self):
+        """Kernels the NPU side inserted that no operator of A asked for (TransData, Cast, ...)."""
         return self._items(self.result.inserted)
 
     @property
     def fallbacks(self):
+        """CPU fallbacks found in either profile (host-side child events, or a torch_npu log), with the side."""
         return self._items(self.result.fallbacks)
 
 

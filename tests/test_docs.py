@@ -230,3 +230,21 @@ def test_the_report_screenshot_shows_the_reports_sections(cnn_scan, tmp_path):
     wanted = [s for s in now if not s.startswith("What will be slow")]   # named by chip in the report
     assert [s for s in listed if s in wanted] == wanted, \
         f"reading-the-report.md lists the sections {listed}; the report has {now}"
+
+
+def test_the_python_api_reference_is_generated_from_docstrings():
+    """docs/reference/python-api.md is filled from the code: every public function, class and member has a
+    docstring, and a new public member appears without anyone editing the page."""
+    hook = _hook()
+    assert "<!-- opscope:api -->" in (ROOT / "docs" / "reference" / "python-api.md").read_text()
+    text = hook.api_reference()
+    import inspect
+
+    import opscope
+    assert callable(opscope.capture) and callable(opscope.load) and callable(opscope.load_diff)
+    for shown, target in hook.API:
+        obj = hook._resolve(target)
+        assert f"`{shown}`" in text and hook._doc(obj), f"{shown} has no docstring"
+        for name, member in hook._members(obj) if inspect.isclass(obj) else ():
+            assert hook._doc(member), f"{shown}.{name} has no docstring: the API reference would show it bare"
+            assert f"| `{name}` |" in text

@@ -3,7 +3,9 @@
 * ``<!-- opscope:cli -->`` becomes the reference of every command and option, read from the argparse
   parser that ``opscope`` itself builds (``opscope.cli.build_parser``);
 * ``<!-- opscope:glossary -->`` becomes the glossary, read from ``support_matrix/glossary.yaml``, the
-  file whose terms the HTML report's glossary shows too.
+  file whose terms the HTML report's glossary shows too;
+* ``<!-- opscope:api -->`` becomes the Python API reference, read from the docstrings and signatures of
+  ``API`` (what ``import opscope`` offers).
 
 The same functions are used by ``tests/test_docs.py``.
 """
@@ -14,6 +16,11 @@ import re
 
 CLI_MARKER = "<!-- opscope:cli -->"
 GLOSSARY_MARKER = "<!-- opscope:glossary -->"
+API_MARKER = "<!-- opscope:api -->"
+# the public Python API, in the order the reference shows it: (name shown, "module:attribute")
+API = [("opscope.capture", "opscope.api:capture"), ("opscope.load", "opscope.dataframes:load"),
+       ("opscope.dataframes.Run", "opscope.dataframes:Run"), ("opscope.load_diff", "opscope.dataframes:load_diff"),
+       ("opscope.dataframes.Diff", "opscope.dataframes:Diff")]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -89,9 +96,52 @@ def glossary() -> str:
     return "\n".join(lines)
 
 
+def _resolve(target: str):
+    import importlib
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _doc(obj) -> str:
+    import inspect
+    return inspect.cleandoc(getattr(obj, "__doc__", None) or "")
+
+
+def _members(cls) -> list[tuple[str, object]]:
+    """A class's public methods and properties (cached ones included), in source order."""
+    return [(name, value) for name, value in vars(cls).items()
+            if not name.startswith("_") and (callable(value) or hasattr(value, "__get__"))]
+
+
+def api_reference() -> str:
+    """Markdown of the public Python API, from its signatures and docstrings (``API``)."""
+    import inspect
+    lines: list[str] = []
+    for shown, target in API:
+        obj = _resolve(target)
+        init = obj.__init__ if inspect.isclass(obj) else obj
+        try:
+            signature = str(inspect.signature(init)).replace("(self, ", "(").replace("(self)", "()")
+        except (TypeError, ValueError):
+            signature = "(...)"
+        kind = "class" if inspect.isclass(obj) else "function"
+        lines += [f"## `{shown}` {{ #{shown.replace('.', '-').lower()} }}", "", f"*{kind}*", "",
+                  "```python", f"{shown}{signature}", "```", "", _doc(obj), ""]
+        if inspect.isclass(obj):
+            rows = []
+            for name, member in _members(obj):
+                what = "method" if inspect.isfunction(member) else "property"
+                rows.append(f"| `{name}` | {what} | {_cell(_doc(member))} |")
+            if rows:
+                lines += ["| member | kind | what it is |", "|---|---|---|", *rows, ""]
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:   # noqa: ARG001 - mkdocs' hook signature
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
     if GLOSSARY_MARKER in markdown:
         markdown = markdown.replace(GLOSSARY_MARKER, glossary())
+    if API_MARKER in markdown:
+        markdown = markdown.replace(API_MARKER, api_reference())
     return markdown
