@@ -25,19 +25,31 @@ def _table(title, columns) -> Table:
     return table
 
 
-# above complexity 15: one block per section of the printed diff
-def print_diff(result, console: Console | None = None, top: int = 15) -> None:  # noqa: C901
+def print_diff(result, console: Console | None = None, top: int = 15) -> None:
+    """Print a diff as what a porter reads first: one section after another (a table only where it has rows,
+    ``top`` rows at most in the long ones), then the diff's notes."""
     if console is None:   # logs and CI are not terminals: wide enough that operator names stay whole
         console = Console() if sys.stdout.isatty() else Console(width=160)
+    for section in _SECTIONS:
+        section(result, console, top)
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+def _print_header(result, console: Console, top: int) -> None:
+    """The two runs compared: label, format, device (and B's rank)."""
     a, b = result.a, result.b
     console.print(f"[bold]opscope diff[/]  A={a['label']} ({a['format']}, {a['device']})  "
                   f"B={b['label']} ({b['format']}, {b['device']}{', rank ' + str(b['rank']) if b['rank'] is not None else ''})")
 
+
+def _print_steps(result, console: Console, top: int) -> None:
+    """Step time and throughput of both runs, always shown."""
     steps = _table("Step time and throughput (host span = ProfilerStep/step markers; device span = first to "
                    "last kernel, msprof-analyze E2E)",
                    ("run", "steps measured", "warm-up excluded", "host step ms", "device step ms", "FPS",
                     "batch (source)", "op calls/step", "host ms/step", "device ms/step", "unattributed device ms"))
-    for side in (a, b):
+    for side in (result.a, result.b):
         st = side["step"]
         steps.add_row(side["label"], ", ".join(map(str, st["measured_steps"])) or "-",
                       ", ".join(map(str, st["warmup_steps"])) or "none", _ms(st["avg_step_us"]),
@@ -47,7 +59,11 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
                       f"{side['op_calls_per_step']:g}", _ms(side["host_time_per_step_us"]),
                       _ms(side["device_time_per_step_us"]), _ms(side.get("device_time_unattributed_us")))
     console.print(steps)
-    split_sides = [s for s in (a, b) if s["step"].get("device_split_us")]
+
+
+def _print_device_split(result, console: Console, top: int) -> None:
+    """Each run's device time per step split as step_trace_time.csv does, where the run has the split."""
+    split_sides = [s for s in (result.a, result.b) if s["step"].get("device_split_us")]
     if split_sides:
         t = _table("Device time per step (as msprof-analyze's step_trace_time.csv)",
                    ("run", "host step ms", "preparing ms", "device step ms", "computing ms", "communication ms",
@@ -58,7 +74,11 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
                 "host_span_us", "preparing_us", "device_span_us", "computing_us", "communication_us",
                 "overlapped_us", "communication_not_overlapped_us", "free_us", "transfer_us")))
         console.print(t)
-    coll = [(s["label"], c) for s in (a, b) for c in s.get("collectives") or []]
+
+
+def _print_collectives(result, console: Console, top: int) -> None:
+    """The collectives of both runs per step, with their algorithm bandwidth."""
+    coll = [(s["label"], c) for s in (result.a, result.b) for c in s.get("collectives") or []]
     if coll:
         t = _table("Collectives per step", ("run", "collective", "operator", "calls", "time ms", "MB",
                                             "algorithm GB/s (bytes / elapsed)"))
@@ -68,6 +88,9 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
                       f"{c['algorithm_bandwidth_gb_s']:.2f}" if c.get("algorithm_bandwidth_gb_s") else "-")
         console.print(t)
 
+
+def _print_regressions(result, console: Console, top: int) -> None:
+    """The operators that differ, biggest regression first, or a line saying nothing differs."""
     regress = _table(f"Where the time went (per step, biggest regression first; top {top})",
                      ("operator", "phase", "status", "calls A", "calls B", "time A ms", "time B ms", "delta ms",
                       "host B ms", "device B ms"))
@@ -80,6 +103,9 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
     if differing:
         console.print(regress)
 
+
+def _print_npu_stack(result, console: Console, top: int) -> None:
+    """What the NPU stack added (casts, format conversions) and what fell back to the CPU."""
     if result.inserted:
         t = _table("Inserted by the NPU stack (casts, format conversions)",
                    ("side", "kind", "name", "calls/step", "host ms", "device ms", "triggered by"))
@@ -92,6 +118,11 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
         for f in result.fallbacks[:top]:
             t.add_row(f["side"], f["op"], str(f["count"]), f["evidence"])
         console.print(t)
+
+
+def _print_only_in_one(result, console: Console, top: int) -> None:
+    """The operators only one run has, one table per run."""
+    a, b = result.a, result.b
     for title, items in ((f"Only in {a['label']}", result.only_a), (f"Only in {b['label']}", result.only_b)):
         if items:
             t = _table(f"{title}: {len(items)} operator(s)", ("operator", "calls/step", "time ms", "phases", "under",
@@ -100,6 +131,10 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
                 t.add_row(item["name"], f"{item['calls']:g}", _ms(item["time_us"]), ", ".join(item["phases"]),
                           item["under"] or "(top level)", item.get("cause") or "-")
             console.print(t)
+
+
+def _print_transfers(result, console: Console, top: int) -> None:
+    """Host<->device copies, compared as transfers rather than as operators; then the folded decompositions."""
     moved = [(tr["side"], it) for tr in result.transfers for it in tr["items"]]
     if moved:
         t = _table("Host<->device transfers per step (compared as transfers, not as operators)",
@@ -112,6 +147,10 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
         console.print(f"[dim]{len(result.folded)} backend decomposition(s) folded into their parent operator "
                       f"(e.g. {', '.join(f['name'] + ' under ' + str(f['parent']) for f in result.folded[:3])}); "
                       f"see diff.json 'folded'[/]")
+
+
+def _print_signature_changes(result, console: Console, top: int) -> None:
+    """Operators matched across the runs whose dtypes, shapes or call counts changed."""
     if result.dtype_changes:
         t = _table(f"dtype changes: {len(result.dtype_changes)}", ("operator", "phase", "arg", "A", "B", "signatures",
                                                                    "likely cause"))
@@ -130,8 +169,12 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
         for c in result.call_count_changes[:top]:
             t.add_row(c["name"], c["phase"], f"{c['calls_a']:g}", f"{c['calls_b']:g}")
         console.print(t)
+
+
+def _print_ranks(result, console: Console, top: int) -> None:
+    """Per run with several ranks: each rank's step split and which one is slow, and why."""
     for side, ranks in result.ranks.items():
-        label = (a if side == "a" else b)["label"]
+        label = (result.a if side == "a" else result.b)["label"]
         slow = ranks.get("slow_rank")
         t = _table(f"Ranks of {label}: slow rank {'none' if slow is None else slow} - "
                    f"{ranks.get('slow_rank_reason') or ''}",
@@ -142,5 +185,8 @@ def print_diff(result, console: Console | None = None, top: int = 15) -> None:  
                       _ms(r.get("communication_us")), _ms(r.get("communication_not_overlapped_us")),
                       _ms(r.get("wait_us")), _ms(r.get("late_us")), _ms(r.get("free_us")))
         console.print(t)
-    for note in result.notes:
-        console.print(f"[dim]note: {note}[/]")
+
+
+# the sections of a printed diff, in the order they are printed
+_SECTIONS = (_print_header, _print_steps, _print_device_split, _print_collectives, _print_regressions,
+             _print_npu_stack, _print_only_in_one, _print_transfers, _print_signature_changes, _print_ranks)
