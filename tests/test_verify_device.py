@@ -283,3 +283,22 @@ def test_tf32_settings_are_read_from_torch(monkeypatch):
         assert reduced_fp32(torch.device("cuda")) == frozenset({"conv", "matmul"})
     finally:
         torch.set_float32_matmul_precision(previous)
+
+
+def test_a_backend_kernel_without_a_cpu_implementation_is_skipped_for_that_reason():
+    cudnn = op("aten::cudnn_convolution", [[2, 3, 8, 8], [4, 3, 3, 3]] + [[]] * 7,
+               [H, H, "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar", "Scalar"],
+               [None, None, [1, 1], [1, 1], [1, 1], 1, False, False, True])
+    result = verify_signature(cudnn, DEVICE)
+    assert result.outcome == "skipped" and result.message.startswith("a backend's own kernel with no CPU implementation")
+
+
+def test_a_number_recorded_as_a_bool_is_replayed_as_that_number():
+    """The H200 scan records add_'s alpha=1 as true: replayed as 1, not refused by the CPU op."""
+    add = Operator(name="aten::add_", overload="Tensor", input_shapes=[[32, 16, 32, 32], [1, 16, 1, 1], []],
+                   dtypes=[H, H, "Scalar"], scalars=[None, None, True], verdict="native")
+    assert build_call(add).kwargs["alpha"] == 1 and type(build_call(add).kwargs["alpha"]) is int
+    assert verify_signature(add, torch.device("cpu")).outcome == "measured"
+    fill = Operator(name="aten::fill_", overload="Scalar", input_shapes=[[4], []], dtypes=["bool", "Scalar"],
+                    scalars=[None, True], verdict="native")
+    assert build_call(fill).args[1] is True   # a bool tensor's True stays True

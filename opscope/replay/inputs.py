@@ -450,7 +450,7 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
                         raise NotReplayable(f"argument {arg.name} was not recorded and has no default")
                     value = arg.default_value
                 else:
-                    value = _scalar_value(arg, scalar)
+                    value = _scalar_value(arg, scalar, "bool" in dtypes)
         elif arg.has_default_value():
             continue
         else:
@@ -463,9 +463,14 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
     return Call(name=name, schema=schema, args=args, kwargs=kwargs, op_key=key, tensor_args=tensor_args)
 
 
-def _scalar_value(arg, value):
-    """Recorded scalars are JSON values; a few schema types need them converted back."""
+def _scalar_value(arg, value, bool_tensors: bool = False):
+    """Recorded scalars are JSON values; a few schema types need them converted back.
+
+    A number recorded as a bool (the profiler writes add_'s alpha=1 as ``true``) is that number
+    again, unless a tensor of the call is bool (then True is meant)."""
     text = _type_text(arg)
+    if isinstance(value, bool) and text in ("Scalar", "number") and not bool_tensors:
+        return int(value)
     if "Device" in text and value is not None:
         return None if not isinstance(value, str) else value
     if isinstance(value, list) and "List[bool]" in text:

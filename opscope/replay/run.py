@@ -221,6 +221,10 @@ def _cpu_refusal(op, exc) -> str:
     if len(floats) > 1:
         return ("recorded under autocast with mixed float dtypes (autocast casts before the kernel); "
                 "the ops it dispatches to are verified as their own signatures")
+    text = str(exc)
+    if isinstance(exc, NotImplementedError) and "Could not run" in text and "'CPU' backend" in text:
+        return ("a backend's own kernel with no CPU implementation (e.g. cuDNN's): there is no CPU reference "
+                "to judge it by")
     return f"inputs not accepted by the CPU op either ({_one_line(exc)})"
 
 
