@@ -237,6 +237,8 @@ class Operator(_Record):
     on_device: bool = True   # False: the script only ran it on host (CPU) tensors
     import_time: bool = False  # only ran while a library was being imported (e.g. version probes)
     steady_time_us: float | None = None  # median self time per steady-state step (None: no such step)
+    # median device (GPU) time per steady-state step of the kernels it launched (None: no such step)
+    steady_device_time_us: float | None = None
     # estimated time per step on the scan's NPU chip (device kernels; a CPU fallback's host time and copies):
     # from shapes, so identical scans give identical figures; what the score and every share weigh
     npu_time_us: float | None = None

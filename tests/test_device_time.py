@@ -127,3 +127,80 @@ def test_a_torch_without_activity_types_charges_alike(monkeypatch):
     with_types = sum(c.device_time_us for c in _scan_calls(path, 2))
     monkeypatch.setattr(events, "_ACTIVITY", False)
     assert sum(c.device_time_us for c in _scan_calls(path, 2)) == pytest.approx(with_types)
+
+
+# ---------------------------------------------------------------------------------------------- the reports
+
+def _gpt2_scan_with_device_time():
+    """The shared GPT-2 scan (written when every device_time_us read 0), its operators' kernel time re-derived
+    from its steps' traces through the scan's event path: the scan as the fixed capture writes it."""
+    from statistics import median
+
+    from opscope.model import freeze
+    from opscope.schema import load_scan
+
+    scan_json = GPU_DATA / "gpt2" / "scan.json"
+    if not scan_json.is_file():
+        pytest.skip(f"the shared GPU scan is not here ({scan_json})")
+    result = load_scan(scan_json)
+    steady = [2, 3, 4, 5]
+    per_step: dict = {}
+    for step in steady:
+        for c in _scan_calls(_trace("gpt2", step), step):
+            key = (c.name, freeze(c.input_shapes), freeze(c.dtypes))
+            per_step.setdefault(key, Counter())[step] += c.device_time_us
+    matched = 0
+    for op in result.operators:
+        steps = per_step.get((op.name, freeze(op.input_shapes), freeze(op.dtypes)))
+        op.device_time_us = round(sum(steps.values()), 3) if steps else 0.0
+        op.steady_device_time_us = round(median(steps.get(s, 0.0) for s in steady), 3) if steps else 0.0
+        matched += bool(steps)
+    assert matched > 20
+    return result
+
+
+def test_a_gpu_scan_ranks_its_costliest_operators_by_gpu_time():
+    from opscope.report import html, markdown, terminal, view, xlsx
+
+    result = _gpt2_scan_with_device_time()
+    assert view.has_device_time(result)
+    costly = view.costliest_operators(result)
+    top = max((op for op in result.operators if op.verdict != "not-applicable"),
+              key=lambda op: op.steady_device_time_us or 0.0)
+    assert costly[0][0] is top and costly[0][1] > 0 and costly[0][2] > 0
+    assert "aten::mm" in {op.name for op, _, _ in costly[:12]}
+    device = [d for _, d, _ in costly]
+    assert device == sorted(device, reverse=True)   # host time only breaks ties
+    rows = [r for r in view.operator_rows(result) if r.verdict != "not-applicable"]
+    assert rows[0].time_us == rows[0].device_time_us == max(r.device_time_us for r in rows) > 0
+    assert [r.time_us for r in rows] == sorted((r.time_us for r in rows), reverse=True)
+    assert sum(r.share for r in view.operator_rows(result)) == pytest.approx(1.0)
+    assert all(r.host_time_us >= 0 for r in rows) and any(r.host_time_us > 0 for r in rows)
+
+    table = terminal.top_operators_table(result)
+    assert table is not None and "GPU" in str(table.title)
+    assert [c.header for c in table.columns][2:4] == ["GPU ms/step", "CPU ms/step"]
+    keys = [c["key"] for c in html.operator_columns(result)]
+    assert keys[keys.index("time_ms") + 1] == "host_ms"
+    context = html.build_context(result, charts={})
+    assert context["device_time"] and '"host_ms"' in str(context["ops_json"])
+    text = markdown.render_markdown(result)
+    assert "## Costliest operators on the GPU" in text and "| aten::mm" in text.split("on the GPU", 1)[1]
+    assert text.split("on the GPU", 1)[1].index(top.name) < text.split("on the GPU", 1)[1].index("| aten::mm")
+    assert xlsx.DEVICE_OPERATOR_HEADERS[5:8] == ["GPU time ms", "host time ms", "GPU time share"]
+
+
+def test_a_scan_without_device_time_reports_as_before():
+    from opscope.model import Operator, ScanResult
+    from opscope.report import html, markdown, terminal, view
+
+    result = ScanResult(script="train.py", operators=[
+        Operator(name="aten::mm", calls=2, self_time_us=30.0, steady_time_us=15.0, verdict="native"),
+        Operator(name="aten::add", calls=2, self_time_us=50.0, steady_time_us=25.0, verdict="native")])
+    assert not view.has_device_time(result)
+    assert [row[0].name for row in view.costliest_operators(result)] == ["aten::add", "aten::mm"]
+    assert [r.name for r in view.operator_rows(result)] == ["aten::add", "aten::mm"]
+    assert html.operator_columns(result) is html.COLUMNS
+    table = terminal.top_operators_table(result)
+    assert table is not None and "CPU time" in str(table.title) and "GPU ms/step" not in [c.header for c in table.columns]
+    assert "on the GPU" not in markdown.render_markdown(result)

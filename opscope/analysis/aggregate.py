@@ -26,7 +26,8 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
     ``phase``/``source``/``parent`` are the most common values; all seen values are kept
     in ``phases``/``sources``.  Sorted by total self time, biggest first.  With
     ``steady_steps``, ``steady_time_us`` is each signature's median self time per step
-    over those steps (0 for a step without it): set-up and first-step work weigh nothing.
+    over those steps (0 for a step without it): set-up and first-step work weigh nothing;
+    ``steady_device_time_us`` the same of the device time of the kernels it launched.
     """
     groups: dict[tuple, dict] = {}
     frozen: dict = {}   # freeze_shared's: ``calls`` holds every list it names
@@ -41,7 +42,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
             g = groups[key] = {"first": call, "calls": 0, "self": 0.0, "total": 0.0, "device": 0.0,
                                "phases": Counter(), "sources": Counter(), "parents": Counter(), "libraries": Counter(),
                                "children": {}, "steps": set(), "on_device": False, "import": True,
-                               "per_step": defaultdict(float)}
+                               "per_step": defaultdict(float), "per_step_device": defaultdict(float)}
         n = int(getattr(call, "count", 1) or 1)
         g["calls"] += n
         g["self"] += call.self_time_us
@@ -58,6 +59,8 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
         g["on_device"] = g["on_device"] or call.device == DEVICE
         g["import"] = g["import"] and call.device == IMPORT
         g["per_step"][call.step] += call.self_time_us
+        if call.device_time_us:
+            g["per_step_device"][call.step] += call.device_time_us
     operators = []
     for g in groups.values():
         first: OpCall = g["first"]
@@ -75,6 +78,8 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
             parent=parent, top_level=parent is None, children=list(g["children"]),
             steps=sorted(g["steps"]), on_device=g["on_device"], import_time=g["import"],
             steady_time_us=round(median(g["per_step"].get(s, 0.0) for s in steady_steps), 3)
+            if steady_steps else None,
+            steady_device_time_us=round(median(g["per_step_device"].get(s, 0.0) for s in steady_steps), 3)
             if steady_steps else None,
         ))
     operators.sort(key=lambda o: (-o.self_time_us, o.name))

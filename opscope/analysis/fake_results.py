@@ -77,7 +77,7 @@ def describe_place(place: dict) -> str:
 def _drop_timings(result: ScanResult) -> None:
     for op in result.operators:
         op.self_time_us = op.total_time_us = op.device_time_us = 0.0
-        op.steady_time_us = None
+        op.steady_time_us = op.steady_device_time_us = None
     if not result.summary.is_empty():
         from opscope.analysis.verdicts import readiness_summary
         old = result.summary

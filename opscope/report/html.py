@@ -22,7 +22,7 @@ from opscope.resources import templates_dir
 TEMPLATE = "report.html.j2"
 
 # Columns of the operators table: key, title, numeric (sorts as numbers), searchable.
-COLUMNS = [
+COLUMNS: list[dict] = [
     {"key": "name", "title": "operator", "cls": "mono wrap", "search": True},
     {"key": "verdict", "title": "verdict", "search": True},
     {"key": "calls", "title": "calls", "numeric": True, "cls": "num"},
@@ -35,6 +35,21 @@ COLUMNS = [
     {"key": "evidence", "title": "evidence", "cls": "wrap", "search": True},
     {"key": "substitute", "title": "substitute", "cls": "wrap", "search": True},
 ]
+# a scan that measured device time (a GPU run): time is the kernels' on the GPU, the host's own time beside it
+DEVICE_TITLES: dict[str, str] = {"time_ms": "GPU time ms", "share": "GPU time share"}
+HOST_COLUMN: dict = {"key": "host_ms", "title": "host time ms", "numeric": True, "cls": "num"}
+
+
+def operator_columns(result: ScanResult) -> list[dict]:
+    """The operators table's columns: with a host time column after the GPU time when the scan measured one."""
+    if not view.has_device_time(result):
+        return COLUMNS
+    columns = []
+    for c in COLUMNS:
+        columns.append({**c, "title": DEVICE_TITLES.get(c["key"], c["title"])})
+        if c["key"] == "time_ms":
+            columns.append(HOST_COLUMN)
+    return columns
 
 
 @lru_cache(maxsize=1)
@@ -69,10 +84,13 @@ def script_safe_json(data) -> Markup:
     return Markup(text)
 
 
-def _ops_payload(rows: list[view.OperatorRow]) -> dict:
-    data = [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, round(r.time_us / 1000, 4),
-             round(r.share, 6), r.phase, r.source, r.evidence, r.substitute] for r in rows]
-    columns = [{k: c.get(k) for k in ("key", "numeric", "cls", "search") if c.get(k)} for c in COLUMNS]
+def _ops_payload(rows: list[view.OperatorRow], columns: list[dict] = COLUMNS) -> dict:
+    keys = [c["key"] for c in columns]
+    data = [[{"name": r.name, "verdict": r.verdict, "calls": r.calls, "shapes": r.shapes, "dtypes": r.dtypes,
+              "time_ms": round(r.time_us / 1000, 4), "host_ms": round(r.host_time_us / 1000, 4),
+              "share": round(r.share, 6), "phase": r.phase, "source": r.source, "evidence": r.evidence,
+              "substitute": r.substitute}[k] for k in keys] for r in rows]
+    columns = [{k: c.get(k) for k in ("key", "numeric", "cls", "search") if c.get(k)} for c in columns]
     # the evidence cell shows one sentence; its full text is opened on demand
     details = [r.evidence_detail if r.evidence_detail != r.evidence else "" for r in rows]
     return {"columns": columns, "rows": data, "details": details}
@@ -160,6 +178,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
     from opscope.report import charts as chart_module
 
     rows = view.operator_rows(result)
+    columns = operator_columns(result)
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
     score = view.readiness_score(result)
@@ -196,8 +215,9 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
                             "filter": c.ops[0] if len(c.ops) == 1 else ""}
                            for c in view.numeric_checks(result)],
         "charts": [(chart_titles.get(k, k), uri) for k, uri in charts.items() if uri],
-        "columns": COLUMNS,
-        "ops_json": script_safe_json(_ops_payload(rows)),
+        "columns": columns,
+        "device_time": view.has_device_time(result),
+        "ops_json": script_safe_json(_ops_payload(rows, columns)),
         "root_causes": [{"source": view.where_of(rc, result) or view.NA, "cause": view.root_cause_what(rc), "dims": view.fmt_dims(rc.varying_dims),
                          "ops": ", ".join(str(o) for o in rc.ops or []), "suggestion": rc.suggestion,
                          "evidence": rc.evidence} for rc in result.root_causes],

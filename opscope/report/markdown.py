@@ -12,6 +12,7 @@ from opscope.model import VERDICTS, ScanResult, Verification
 from opscope.report import headline, verification_view, view
 
 MAX_ROWS = 50
+TOP_OPERATORS = 12   # the costliest operators listed (a GPU scan's)
 
 
 def _cell(value) -> str:
@@ -80,6 +81,14 @@ def render_markdown(result: ScanResult) -> str:
     else:
         out.append("None.")
 
+    if view.has_device_time(result):   # a GPU run: where the step's kernel time goes
+        costly = [row for row in view.costliest_operators(result) if row[1] > 0]
+        out += ["", "## Costliest operators on the GPU", "",
+                "Steady-state time per step of the kernels each operator launched, and its own host (CPU) time.", ""]
+        out += _table(["operator", "verdict", "input shapes", "GPU ms/step", "host ms/step", "calls", "source"],
+                      [[op.qualified_name, view.verdict_of(op), view.fmt_shapes(op.input_shapes),
+                        f"{device_us / 1000:.3f}", f"{host_us / 1000:.3f}", op.calls, view.where_of(op, result)]
+                       for op, device_us, host_us in costly[:TOP_OPERATORS]])
     if result.root_causes:
         out += ["", "## Dynamic shapes: lines to fix", ""]
         out += _table(["source line", "cause", "varying dims", "affected ops", "suggested fix"],

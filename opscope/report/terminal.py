@@ -64,33 +64,33 @@ def fixes_table(result: ScanResult, top: int = 10) -> Table | None:
     return t
 
 
-def steady_time_us(op) -> float:
-    """An operator signature's steady-state time: the median per step after the first (its total
-    time when no such step was captured)."""
-    if op.steady_time_us is not None:
-        return float(op.steady_time_us)
-    return view.op_time_us(op)
-
-
 def top_operators_table(result: ScanResult, top: int = 12) -> Table | None:
-    """Operators by steady-state time, with their shapes; not-applicable set-up work left out."""
-    ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
-    ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
+    """Operators by steady-state time, with their shapes; not-applicable set-up work left out.  A GPU scan
+    ranks them by the time their kernels took on the GPU, with their own CPU time beside it."""
+    ops = view.costliest_operators(result)
     if not ops:
         return None
-    t = Table(title="Top operators by steady-state CPU time per step on this machine (not-applicable set-up work "
-                    "left out)",
-              header_style="bold", title_justify="left")
+    device = view.has_device_time(result)
+    title = ("Top operators by steady-state GPU time per step on this machine (the kernels each launched; CPU: "
+             "its own host time; not-applicable set-up work left out)" if device else
+             "Top operators by steady-state CPU time per step on this machine (not-applicable set-up work "
+             "left out)")
+    t = Table(title=title, header_style="bold", title_justify="left")
     _name_column(t, "operator")
     t.add_column("input shapes")
-    t.add_column("ms/step", justify="right")
+    if device:
+        t.add_column("GPU ms/step", justify="right")
+        t.add_column("CPU ms/step", justify="right")
+    else:
+        t.add_column("ms/step", justify="right")
     t.add_column("calls", justify="right")
     _name_column(t, "phase")
     _name_column(t, "source")
     _name_column(t, "verdict")
-    for op in ops[:top]:
+    for op, device_us, host_us in ops[:top]:
         verdict = op.verdict or "-"
-        t.add_row(op.qualified_name, view.fmt_shapes(op.input_shapes) or "-", _ms(steady_time_us(op)),
+        times = [_ms(device_us), _ms(host_us)] if device else [_ms(host_us)]
+        t.add_row(op.qualified_name, view.fmt_shapes(op.input_shapes) or "-", *times,
                   str(op.calls), op.phase or "-", view.where_of(op, result) or "-",
                   f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]" if op.verdict else "-")
     return t
@@ -108,14 +108,16 @@ def _print_fixes_list(result: ScanResult, console: Console, top: int = 10) -> No
 
 
 def _print_top_operators_list(result: ScanResult, console: Console, top: int = 12) -> None:
-    ops = [op for op in result.operators if op.verdict != "not-applicable" and steady_time_us(op) > 0]
-    ops.sort(key=lambda op: (-steady_time_us(op), op.qualified_name))
+    ops = view.costliest_operators(result)
     if not ops:
         return
-    console.print("[bold]Top operators by steady-state time per step[/] (not-applicable set-up work left out)")
-    for op in ops[:top]:
+    device = view.has_device_time(result)
+    console.print(f"[bold]Top operators by steady-state {'GPU ' if device else ''}time per step[/] "
+                  "(not-applicable set-up work left out)")
+    for op, device_us, host_us in ops[:top]:
         verdict = op.verdict or "-"
-        console.print(f"  {escape(op.qualified_name)}  {_ms(steady_time_us(op))} ms/step  x{op.calls}  "
+        times = f"GPU {_ms(device_us)} ms/step, CPU {_ms(host_us)}" if device else _ms(host_us)
+        console.print(f"  {escape(op.qualified_name)}  {times} ms/step  x{op.calls}  "
                       f"{op.phase or '-'}  {escape(view.where_of(op, result) or '-')}  [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]")
         console.print(f"      shapes {escape(view.fmt_shapes(op.input_shapes) or '-')}")
 

@@ -49,6 +49,36 @@ def op_time_us(op: Operator) -> float:
     return float(op.device_time_us or 0.0) or float(op.self_time_us or 0.0)
 
 
+def has_device_time(result: ScanResult) -> bool:
+    """True when the scan measured the kernels its operators launched on a device (a GPU run): the costliest
+    operators are then those whose kernels took the longest, with their host time beside it."""
+    return any((op.device_time_us or 0.0) > 0 for op in result.operators)
+
+
+def steady_host_us(op: Operator) -> float:
+    """An operator signature's steady-state host time: the median per step after the first (its total time
+    when no such step was captured)."""
+    return float(op.steady_time_us) if op.steady_time_us is not None else op_time_us(op)
+
+
+def steady_device_us(op: Operator) -> float:
+    """The same of the device time of the kernels it launched (its total device time when no such step)."""
+    steady = op.steady_device_time_us
+    return float(steady) if steady is not None else float(op.device_time_us or 0.0)
+
+
+def costliest_operators(result: ScanResult) -> list[tuple[Operator, float, float]]:
+    """``(operator, device µs per step, host µs per step)``, costliest first, not-applicable set-up work left out.
+
+    A scan that measured device time ranks by it (host time breaks ties); any other by the host time."""
+    device = has_device_time(result)
+    ops = [(op, steady_device_us(op) if device else 0.0, steady_host_us(op)) for op in result.operators
+           if op.verdict != "not-applicable"]
+    ops = [row for row in ops if row[1] > 0 or row[2] > 0] if device else [row for row in ops if row[2] > 0]
+    ops.sort(key=lambda row: (-row[1], -row[2], row[0].qualified_name))
+    return ops
+
+
 def verdicts_computed(result: ScanResult) -> bool:
     """False when no operator carries a verdict (scan made before/without the verdict engine)."""
     return any(op.verdict for op in result.operators)
@@ -239,6 +269,8 @@ class OperatorRow:
     dynamic: bool
     evidence_detail: str = ""
     steady_time_us: float = 0.0
+    host_time_us: float = 0.0       # host self time, over all captured steps
+    device_time_us: float = 0.0     # device time of the kernels it launched, over all captured steps
 
 
 def where_of(record, result: ScanResult) -> str:
@@ -262,19 +294,30 @@ def root_cause_what(rc) -> str:
 
 
 def operator_rows(result: ScanResult) -> list[OperatorRow]:
-    """Operator rows, most expensive first; not-applicable (set-up, host-only) ones after all the others."""
-    total = total_time_us(result) or 0.0
+    """Operator rows, most expensive first; not-applicable (set-up, host-only) ones after all the others.
+
+    A scan that measured device time (a GPU run) weighs each row by the device time of the kernels it
+    launched (its share: of the step's kernel time; host time beside it); any other by ``op_time_us``."""
+    device = has_device_time(result)
+    if device:
+        total = sum(float(op.device_time_us or 0.0) for op in result.operators)
+    else:
+        total = total_time_us(result) or 0.0
     rows = []
     for op in result.operators:
-        t = op_time_us(op)
+        t = float(op.device_time_us or 0.0) if device else op_time_us(op)
         rows.append(OperatorRow(
             name=op.qualified_name, verdict=verdict_of(op), calls=int(op.calls or 0),
             shapes=fmt_shapes(op.input_shapes), dtypes=fmt_dtypes(op.dtypes), time_us=t,
             share=(t / total) if total else 0.0, phase=op.phase or "",
             source=where_of(op, result), evidence=fmt_evidence_short(op.evidence, op.verdict),
             substitute=fmt_substitute(op.substitute), dynamic=bool(op.dynamic),
-            evidence_detail=fmt_evidence(op.evidence), steady_time_us=float(op.steady_time_us or 0.0)))
-    rows.sort(key=lambda r: (r.verdict == "not-applicable", -r.time_us, r.name))
+            evidence_detail=fmt_evidence(op.evidence), steady_time_us=float(op.steady_time_us or 0.0),
+            host_time_us=float(op.self_time_us or 0.0), device_time_us=float(op.device_time_us or 0.0)))
+    if device:
+        rows.sort(key=lambda r: (r.verdict == "not-applicable", -r.time_us, -r.host_time_us, r.name))
+    else:
+        rows.sort(key=lambda r: (r.verdict == "not-applicable", -r.time_us, r.name))
     return rows
 
 

@@ -63,7 +63,16 @@ OPERATOR_HEADERS = ["operator", "verdict", "calls", "input shapes", "dtypes", "t
                     "phase", "source", "dynamic", "evidence", "substitute", "evidence details"]
 
 
-def _operator_table(rows: list[view.OperatorRow]):
+# a scan that measured device time (a GPU run): time is the kernels' on the GPU, the host's own time beside it
+DEVICE_OPERATOR_HEADERS = ["operator", "verdict", "calls", "input shapes", "dtypes", "GPU time ms", "host time ms",
+                           "GPU time share", "phase", "source", "dynamic", "evidence", "substitute",
+                           "evidence details"]
+
+
+def _operator_table(rows: list[view.OperatorRow], device: bool = False):
+    if device:
+        return [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, r.time_us / 1000, r.host_time_us / 1000, r.share,
+                 r.phase, r.source, r.dynamic, r.evidence, r.substitute, r.evidence_detail] for r in rows]
     return [[r.name, r.verdict, r.calls, r.shapes, r.dtypes, r.time_us / 1000, r.share, r.phase,
              r.source, r.dynamic, r.evidence, r.substitute, r.evidence_detail] for r in rows]
 
@@ -199,10 +208,12 @@ def build_workbook(result: ScanResult):
     ws = _sheet(wb, "Summary", ["item", "value", "time share"], summary, formats={2: PERCENT})
     ws.column_dimensions["B"].width = MAX_WIDTH
 
-    op_formats = {5: MS, 6: PERCENT}
-    _sheet(wb, "Operators", OPERATOR_HEADERS, _operator_table(rows), formats=op_formats,
+    device = view.has_device_time(result)
+    op_formats = {5: MS, 6: MS, 7: PERCENT} if device else {5: MS, 6: PERCENT}
+    headers = DEVICE_OPERATOR_HEADERS if device else OPERATOR_HEADERS
+    _sheet(wb, "Operators", headers, _operator_table(rows, device), formats=op_formats,
            verdict_col=1, fills=view.VERDICT_FILLS)
-    _sheet(wb, "Not supported", OPERATOR_HEADERS, _operator_table(view.not_supported_rows(rows)),
+    _sheet(wb, "Not supported", headers, _operator_table(view.not_supported_rows(rows), device),
            formats=op_formats, verdict_col=1, fills=view.VERDICT_FILLS)
 
     dynamic = [["root cause", view.where_of(rc, result) or view.NA, view.root_cause_what(rc),

@@ -82,7 +82,7 @@
       td.appendChild(badge);
     } else if (column.key === "share") {
       td.textContent = (value * 100).toFixed(1) + "%";
-    } else if (column.key === "time_ms") {
+    } else if (column.key === "time_ms" || column.key === "host_ms") {
       td.textContent = value.toFixed(3);
     } else {
       td.textContent = value;
