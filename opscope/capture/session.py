@@ -1,9 +1,11 @@
 """One capture: profiler on, step boundaries, per-step records written as they happen.
 
 Each finished step is appended to ``capture/steps.jsonl`` (and its Chrome trace to
-``traces/step_NNNN.json``) immediately, so a script that later crashes, exits, hangs
-or is killed loses nothing that was already captured.  Used by the child process of
-``opscope scan`` and by the in-process ``opscope.capture()`` API alike.
+``traces/step_NNNN.json``) as soon as its profiler session stops, so a script that later
+crashes, exits, hangs or is killed loses nothing that was already written.  The first
+``MEMORY_STEPS`` steps have a session each; after them one session records steps until
+it holds ``BATCH_SECONDS`` or the call cap (see there), and their trace is one file.
+Used by the child process of ``opscope scan`` and by the in-process ``opscope.capture()`` API alike.
 """
 from __future__ import annotations
 
@@ -26,13 +28,19 @@ from opscope.capture.patches import Restore
 from opscope.capture.ranges import install_range_tracking
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.capture.step_writer import EMPTY, FAILED, StepJob, StepWriter, rss_mb
+from opscope.capture.step_writer import KEPT, STEP_END, StepJob, StepWriter, rss_mb
 from opscope.capture.user_profiler import install_script_profiler_stand_in
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
 EVAL_FORWARDS_RECORDED = 4       # evaluation/sampling forwards recorded per step
 CLOSURE_FORWARDS_RECORDED = 1    # forwards inside optimizer.step(closure) recorded per step
 MEMORY_STEPS = 3                 # steps whose device memory a real scan measures (capture/device_memory.py)
+# After the first MEMORY_STEPS steps, one profiler session records several steps (a "batch", each step's end
+# marked by a STEP_END annotation) and is stopped when the batch holds this many seconds or the step call cap's
+# worth of calls, or the scan ends: stopping Kineto and reading its events cost about as much per event in
+# one session as in many, but a step then runs at the bare profiler's pace instead of paying 4x a short
+# step's time at its end (docs/measured/scan-overhead.md).
+BATCH_SECONDS = 5.0
 DEFAULT_MAX_CAPTURE_MB = 1536    # capture memory (RSS growth) after which a step stops recording
 
 
@@ -148,6 +156,11 @@ class CaptureSession:
         self.device_memory: Any = None
         self._measuring_memory = False            # this step's device memory is measured
         self.track_memory = track_memory
+        # steps recorded by the running profiler session and not yet written (see BATCH_SECONDS)
+        self._batch_open = False                  # the running session may record more than one step
+        self._batch: list[StepJob] = []           # its finished steps, in order
+        self._batch_calls = 0                     # their torch calls
+        self._batch_started = 0.0
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -198,13 +211,19 @@ class CaptureSession:
         if self.step_index == 0 and self.module_depth == 0:
             self._open_range("_setup_rf", "opscope.setup")
         self.step_started = time.perf_counter()
+        self._batch_open = not measure and self.step_index >= MEMORY_STEPS
+        self._batch_calls, self._batch_started = 0, self.step_started
 
-    def _stop_profiler(self):
+    def _close_step_ranges(self) -> None:
+        """Close the phase annotations a step leaves open: they never span a step boundary."""
         while self._phase_rfs:   # innermost first
             self._phase_rfs.pop().__exit__(None, None, None)
         self._end_setup()
         self._end_eval()
         self._end_update()
+
+    def _stop_profiler(self):
+        self._close_step_ranges()
         prof, self.prof = self.prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
@@ -249,22 +268,13 @@ class CaptureSession:
             if self.done or self.prof is None:
                 return
             duration_us = (time.perf_counter() - self.step_started) * 1e6
-            prof = self._stop_profiler()
-            memory_state = self.device_memory.step_ended() if self._measuring_memory else None
-            if memory_state is not None and self.step_index + 1 >= MEMORY_STEPS:
-                self.device_memory.remove()   # measured: its gradient hooks go
-            self.step_index += 1
-            self._write_step(prof, duration_us, complete=not partial, memory_state=memory_state)
-            del prof
-            if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
-                partial = True
             self.backward_in_step = False
             self._anchor_done = False
-            finished = self.step_index >= self.max_steps
-            if not finished and not partial and not last:
-                self._start_profiler()
+            if self._batch_open and not (partial or last or self.step_index + 1 >= self.max_steps
+                                         or self._batch_full()):
+                self._end_step_in_batch(duration_us)   # the profiler records on: the step is written later
             else:
-                self.done = True
+                partial = self._end_session(duration_us, partial, last)
         for callback in self._step_callbacks:
             callback(self.step_index)
         if self.done and not partial and not last and self.raise_when_done:
@@ -272,14 +282,68 @@ class CaptureSession:
         if self.write_error is not None and not last and self.raise_when_done:
             raise StopScan("write-error")   # as --timeout does: never an OSError in the user's code
 
+    def _end_session(self, duration_us: float, partial: bool, last: bool) -> bool:
+        """Stop the profiler, write the steps it recorded, start the next session unless done.
+
+        Returns ``partial``, set when the run folder could not take the steps (recording stops)."""
+        prof = self._stop_profiler()
+        memory_state = self.device_memory.step_ended() if self._measuring_memory else None
+        if memory_state is not None and self.step_index + 1 >= MEMORY_STEPS:
+            self.device_memory.remove()   # measured: its gradient hooks go
+        self.step_index += 1
+        if self._batch:
+            self._write_batch(prof, duration_us, complete=not partial)
+        else:
+            self._write_step(prof, duration_us, complete=not partial, memory_state=memory_state)
+        del prof
+        if self.write_error is not None:   # the folder cannot take more: stop recording, end the script
+            partial = True
+        if self.step_index < self.max_steps and not partial and not last:
+            self._start_profiler()
+        else:
+            self.done = True
+        return partial
+
+    def _step_job(self, prof, duration_us: float, complete: bool, memory_state: dict | None = None) -> StepJob:
+        """The step just ended (``self.step_index``), with the tracker's and the session's per-step data taken."""
+        return StepJob(prof, self.step_index, duration_us, complete, self.tracker.reset_step(),
+                       self._take_unrecorded(), self.table.entries, self._steps_file,
+                       self.trace_dir / trace_name(self.step_index) if self.export_traces else None,
+                       self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory, memory_state)
+
     def _write_step(self, prof, duration_us: float, complete: bool, memory_state: dict | None = None) -> None:
         """Record the step just stopped (its profiler results are read and freed here, between sessions)."""
-        job = StepJob(prof, self.step_index, duration_us, complete, self.tracker.reset_step(),
-                      self._take_unrecorded(), self.table.entries, self._steps_file,
-                      self.trace_dir / trace_name(self.step_index) if self.export_traces else None,
-                      self.out_dir, self.capture_dir / STEPS_LOG, self.keep_in_memory, memory_state)
-        if self.writer.write(job) in (EMPTY, FAILED):
+        if self.writer.write(self._step_job(prof, duration_us, complete, memory_state)) != KEPT:
             self.step_index -= 1
+
+    def _batch_full(self) -> bool:
+        """The running session has recorded enough: the step that ends now stops it (bounded memory and loss)."""
+        return (self._batch_calls + self.tracker.calls_in_step >= self.max_step_calls
+                or "after_calls" in self._unrecorded
+                or time.perf_counter() - self._batch_started >= BATCH_SECONDS)
+
+    def _end_step_in_batch(self, duration_us: float) -> None:
+        """End a step without stopping the profiler: close its phase ranges, keep its per-step data and
+        mark its end in the recording (``StepWriter.write_batch`` splits the session's events there)."""
+        self._close_step_ranges()
+        paused = self._eval_paused or self._closure_paused or "after_calls" in self._unrecorded
+        self._batch_calls += self.tracker.calls_in_step
+        self.step_index += 1
+        self._batch.append(self._step_job(None, duration_us, True))
+        if paused:
+            _collect_cpu(True)   # as a new session would: the next step records from its start
+        self.mark(STEP_END)
+        self.step_started = time.perf_counter()
+
+    def _write_batch(self, prof, duration_us: float, complete: bool) -> None:
+        """Write the steps of the session just stopped: those ended in it and the one ending now."""
+        jobs, self._batch = self._batch + [self._step_job(prof, duration_us, complete)], []
+        kept = 0
+        for status in self.writer.write_batch(jobs):
+            if status != KEPT:
+                break
+            kept += 1
+        self.step_index = jobs[0].step - 1 + kept
 
     @property
     def write_error(self) -> tuple[str, str] | None:

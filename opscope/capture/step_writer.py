@@ -8,6 +8,7 @@ records: a writer thread that did this work during the next step crashed the pro
 """
 from __future__ import annotations
 
+import bisect
 import gc
 import json
 import os
@@ -20,7 +21,14 @@ from opscope.capture.device_memory import step_peak
 from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.run_folder import CALL_FIELDS, disk_error_text
 
+try:   # the profiler's own enum: a host event's device type
+    from torch._C._autograd import DeviceType as _DeviceType
+    _CPU: Any = _DeviceType.CPU
+except ImportError:  # pragma: no cover
+    _CPU = None
+
 KEPT, EMPTY, FAILED = "kept", "empty", "failed"
+STEP_END = "opscope.step_end"   # a zero-length annotation: the end of a step inside a profiler session of several
 
 
 @dataclass
@@ -51,22 +59,29 @@ class StepWriter:
 
     def write(self, job: StepJob) -> str:
         """Write one step: KEPT, EMPTY (a partial step that recorded nothing) or FAILED (disk full)."""
+        return self.write_batch([job])[0]
+
+    def write_batch(self, jobs: list[StepJob]) -> list[str]:
+        """Write the steps one profiler session recorded, in order (the last job holds the stopped profiler;
+        the steps' ends are ``STEP_END`` marks).  Their Chrome trace is one file, the first step's; each
+        step's status as ``write`` says it, FAILED for every step after one that failed."""
         # no cyclic GC while the step is converted: its ~10^4 short-lived records otherwise live
         # through young collections, get promoted and trigger a full collection of the whole
         # heap (torch, the model, the user's data) every other step: 0.13 s each on ResNet-50
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._write(job)
+            return self._write(jobs)
         finally:
-            job.prof = None
+            for job in jobs:
+                job.prof = None
             if collecting:
                 gc.enable()
             _release_freed_memory()
 
-    def _write(self, job: StepJob) -> str:
-        prof = job.prof
-        trace = job.trace
+    def _write(self, jobs: list[StepJob]) -> list[str]:
+        prof = jobs[-1].prof
+        trace = jobs[0].trace
         full: OSError | None = None
         if trace is not None:
             try:
@@ -80,12 +95,25 @@ class StepWriter:
         results, prof.kineto_results = prof.kineto_results, None
         events = results.events() if results is not None else []
         del results
+        parts = split_steps(events, len(jobs)) if len(jobs) > 1 else [events]
+        del events
+        statuses: list[str] = []
+        for job, part in zip(jobs, parts, strict=True):
+            if statuses and statuses[-1] == FAILED:
+                statuses.append(FAILED)
+                part.clear()
+                continue
+            statuses.append(self._write_step(job, part, trace, full, alone=len(jobs) == 1 or job is jobs[0]))
+        return statuses
+
+    def _write_step(self, job: StepJob, events: list, trace: Path | None, full: OSError | None, alone: bool) -> str:
+        """Convert and write one step's events.  ``alone``: no earlier step of the batch is in its trace."""
         memory: dict[str, list] | None = ({"memory": [], "marks": [], "ranges": []}
                                           if job.memory_state is not None else None)
         calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True, memory=memory),
                               self.shared)
         if not job.complete and not calls:   # a partial step that recorded nothing: no trace, no record
-            if trace is not None:
+            if trace is not None and alone:
                 Path(trace).unlink(missing_ok=True)
             return EMPTY
         if full is not None:
@@ -107,7 +135,7 @@ class StepWriter:
         try:
             job.steps_file.append(json.dumps(record, separators=(",", ":")) + "\n")
         except OSError as exc:
-            if trace is not None:
+            if trace is not None and alone:
                 Path(trace).unlink(missing_ok=True)   # a trace without its step record is not kept
             self._failed(exc, job.steps_log)
             return FAILED
@@ -121,6 +149,41 @@ class StepWriter:
         """A write into the run folder failed (disk full, quota, I/O error): record no more."""
         if self.write_error is None:
             self.write_error = (str(path), disk_error_text(exc))
+
+
+def split_steps(events: list, steps: int) -> list[list]:
+    """A profiler session's events, one list per step, cut at its ``STEP_END`` marks (``steps`` - 1 of them).
+
+    A host event belongs to the step in which it started; a device task (a kernel, a copy) to the step of
+    the runtime call that launched it (same correlation id), else to the step in which it started."""
+    marks = []
+    for e in events:
+        if e.name() == STEP_END:
+            marks.append(e.start_ns())
+    marks.sort()
+    parts: list[list] = [[] for _ in range(len(marks) + 1)]
+    device: list = []
+    for e in events:
+        if e.device_type() != _CPU:
+            device.append(e)
+            continue
+        start = e.start_ns()
+        part = bisect.bisect_right(marks, start)
+        if part and marks[part - 1] == start and e.name() == STEP_END:
+            continue   # the mark itself
+        parts[part].append(e)
+    if device:
+        launched: dict[int, int] = {}
+        for index, events_of_step in enumerate(parts):
+            for e in events_of_step:
+                if "::" not in e.name() and e.correlation_id():
+                    launched[e.correlation_id()] = index
+        for e in device:
+            owner = launched.get(e.correlation_id())
+            parts[bisect.bisect_right(marks, e.start_ns()) if owner is None else owner].append(e)
+    if len(parts) != steps:   # a mark was not recorded: the events to the last step rather than to the wrong one
+        parts = [[] for _ in range(steps - 1)] + [[e for events_of_step in parts for e in events_of_step]]
+    return parts
 
 
 def _whole_trace(path) -> bool:

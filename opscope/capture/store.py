@@ -63,7 +63,7 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict, p
                           phase_time_us={k: round(v, 1) for k, v in phase_time.items()},
                           unrecorded=record.get("unrecorded") or {}))
         side[record["step"]] = record.get("side", {})
-        if record.get("trace"):
-            traces.append(record["trace"])
+        if record.get("trace") and (not traces or traces[-1] != record["trace"]):
+            traces.append(record["trace"])   # steps recorded in one profiler session share one trace
     return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
                                                   "precision": precision, "memory": {"steps": memory}}
