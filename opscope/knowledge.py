@@ -15,7 +15,7 @@ from opscope.resources import support_matrix_dir
 # would otherwise be silently ignored and its rules would quietly stop applying.  A new
 # key (or file) is added here too; tests/test_hardening.py checks every shipped file.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "backend_private_ops.yaml": {"patterns": list, "implements": dict},
+    "backend_private_ops.yaml": {"patterns": list, "sources": dict, "public_ops": dict, "implements": dict},
     "cuda_api_rules.yaml": {"version": int, "device_flow": dict, "safe_npu_members": list, "rules": list,
                             "judged_by_the_run": list},
     "diff_rules.yaml": {**{k: list for k in (
@@ -104,24 +104,54 @@ def backend_private_patterns() -> list[str]:
 
 @lru_cache(maxsize=4096)
 def is_backend_private(name: str) -> str | None:
-    """The matching pattern when ``aten::mkldnn_convolution`` & co. are backend-private."""
+    """The matching pattern when ``aten::mkldnn_convolution`` & co. are backend-private (folded into the
+    public operator around them).  A backend kernel that a run records with no public operator around it
+    (``standalone`` in ``implements``: ``aten::cudnn_batch_norm_backward``, called by its autograd node) is
+    not: it is recorded, and judged as the public op it implements."""
     ns, _, base = name.rpartition("::")
     if ns not in ("aten", ""):
+        return None
+    if (backend_kernel(name) or {}).get("standalone"):
         return None
     return next((p for p in backend_private_patterns() if fnmatch.fnmatchcase(base, p)), None)
 
 
 @lru_cache(maxsize=4096)
-def implemented_public_op(name: str) -> tuple[str, str] | None:
-    """``(aten::public_op, part)`` when ``name`` is a backend's own kernel for that public op
-    (``aten::_scaled_dot_product_flash_attention_for_cpu_backward`` -> SDPA, ``backward``)."""
+def backend_kernel(name: str) -> dict | None:
+    """The ``implements`` entry of a backend's own kernel for a public op (``backend_private_ops.yaml``),
+    with ``op`` as ``aten::public_op``, ``part`` and ``backend`` always set; None for any other op."""
     ns, _, base = name.rpartition("::")
     if ns not in ("aten", ""):
         return None
     entry = (load("backend_private_ops.yaml").get("implements") or {}).get(base)
     if not isinstance(entry, dict) or not entry.get("op"):
         return None
-    return f"aten::{entry['op']}", str(entry.get("part") or "forward")
+    return {**entry, "op": f"aten::{entry['op']}", "part": str(entry.get("part") or "forward"),
+            "backend": str(entry.get("backend") or "a backend's own kernel"), "kernel": f"aten::{base}"}
+
+
+def kernel_public_op(kernel: dict, scalars) -> str:
+    """The public op of one recorded call of a backend kernel (``backend_kernel``): ``by_mode`` picks it by an
+    argument (cuDNN's RNN mode: ``gru`` for 3), else the entry's ``op``."""
+    by_mode = kernel.get("by_mode") or {}
+    values = list(scalars or [])
+    arg = by_mode.get("arg")
+    mode = values[arg] if isinstance(arg, int) and arg < len(values) else None
+    picked = (by_mode.get("ops") or {}).get(mode) if isinstance(mode, int) and not isinstance(mode, bool) else None
+    return f"aten::{picked}" if picked else str(kernel["op"])
+
+
+def implemented_public_op(name: str) -> tuple[str, str] | None:
+    """``(aten::public_op, part)`` when ``name`` is a backend's own kernel for that public op
+    (``aten::_scaled_dot_product_flash_attention_for_cpu_backward`` -> SDPA, ``backward``)."""
+    entry = backend_kernel(name)
+    return (entry["op"], entry["part"]) if entry else None
+
+
+def public_op_note(public: str) -> str | None:
+    """How torch_npu runs ``public`` (``aten::scaled_dot_product_attention``), when the data says."""
+    text = (load("backend_private_ops.yaml").get("public_ops") or {}).get(public.rpartition("::")[2])
+    return str(text) if text else None
 
 
 def is_private_kernel(name: str) -> bool:

@@ -143,7 +143,11 @@ def test_every_aten_op_gets_a_verdict_and_bad_ones_show_their_chain(version):
     # ops of the installed torch that the torch this release is built for does not have: said so
     newer = [op for op in ops if op.name[6:] not in built_for.families]
     for op in newer:
-        assert op.verdict in ("unknown", "native", "not-applicable"), op.name  # native: torch_npu registers it
+        # native: torch_npu registers it; a backend's kernel for a public op (a newer torch's CUDA-only
+        # _fused_rms_norm_backward) is judged as that op, whichever torch has the kernel
+        if op.evidence.get("rule") == "backend-implements":
+            continue
+        assert op.verdict in ("unknown", "native", "not-applicable"), op.name
         if op.verdict == "unknown":
             assert built_for.source in op.evidence["detail"], op.evidence
     assert version != "2.1.0.post17" or len(newer) > 50

@@ -11,7 +11,7 @@ Pure: operators and a chip name in, ``Finding``s out, one per rule and source li
 from __future__ import annotations
 
 from opscope.analysis.npu_cost import chips, cost_model, resolve_chip
-from opscope.analysis.npu_kernels import aicpu_reason, base_name, op_tensors
+from opscope.analysis.npu_kernels import aicpu_reason, base_name, cost_entry, op_tensors
 from opscope.model import Finding
 
 CUBE_MODELS = {"matmul", "conv", "conv_backward", "attention"}
@@ -26,8 +26,8 @@ def _dtypes(op) -> list[str]:
 
 
 def _op_family(op) -> str:
-    """cube / conv / other, from the cost model's ATen table."""
-    model = ((cost_model().get("aten") or {}).get(base_name(op.name)) or {}).get("model", "")
+    """cube / conv / other, from the cost model's ATen table (a backend's own kernel: its public op's entry)."""
+    model = (cost_entry(op, cost_model().get("aten") or {})[1] or {}).get("model", "")
     return "conv" if model in CONV_MODELS else "cube" if model in CUBE_MODELS else "other"
 
 

@@ -32,6 +32,7 @@ from opscope.analysis.npu_kernels import (
     base_name,
     cache_tensors,
     clear_tensors,
+    cost_entry,
     launches_nothing,
     match_fused_patterns,
     model_elementwise,
@@ -217,6 +218,8 @@ def _build_basis(operators, steps, calls=None) -> dict:
     model = cost_model()
     views = set(model.get("views") or [])
     mapped = set(model.get("aten") or {})
+    # a backend's own kernel priced as its public op (cost_entry) is priced by its own kernels too
+    mapped |= {base_name(op.name) for op in operators if cost_entry(op, model.get("aten") or {})[1]}
     steady = _steady(steps)
     parent_of = _parents(operators)
     verdict_of = _verdicts(operators)
@@ -383,18 +386,25 @@ def _parameter_shapes(operators, steady: set[int]) -> list:
 def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreach_launches: set,
                weights: frozenset | set = frozenset()) -> dict:
     """One operator signature: the kernels it becomes and every reason it is slow."""
-    name = base_name(op.name)
-    entry = (model.get("aten") or {}).get(name)
+    name, entry, priced, backend = cost_entry(op, model.get("aten") or {})
     reasons: list[dict] = []
     alternative = None
     if entry:
-        kernels = MODELS[entry["model"]](op, list(entry["kernels"]))
+        kernels = MODELS[entry["model"]](priced, list(entry["kernels"]))
         if entry.get("passes"):
-            apply_passes(op, kernels, entry["passes"])
+            apply_passes(priced, kernels, entry["passes"])
         without = entry.get("without")
         if without:   # the chips that lack this kernel run another decomposition
             alternative = {"families": list(without["families"]), "why": without.get("why", ""), "kernels": [
-                _kernel_dict(k) for k in MODELS[without["model"]](op, list(without["kernels"]))]}
+                _kernel_dict(k) for k in MODELS[without["model"]](priced, list(without["kernels"]))]}
+        if backend:   # a backend's own kernel: the NPU runs the public op it implements
+            recorded = backend["kernel"] if backend["kernel"] == op.name else f"{op.name} ran {backend['kernel']}"
+            public = base_name(backend["op"])
+            half = "the backward of " if backend["part"] == "backward" and not public.endswith("_backward") else ""
+            entry_note = f" (the cost model's {name} entry)" if name != public else ""
+            reasons.append({"kind": "backend-kernel", "fix": "",
+                            "text": f"{recorded} ({backend['backend']}): priced as {half}{public}, which the NPU "
+                                    f"runs instead{entry_note}"})
     elif third_party_kernel(op):
         kernels, reason = _third_party_kernels(op)
         reasons.append(reason)
@@ -403,16 +413,16 @@ def _basis_row(op, per_step: float, model: dict, dynamic_shapes: Counter, foreac
         reasons.append({"kind": "unmapped", "text": "no kernel mapping: priced as one generic vector kernel",
                         "fix": ""})
     launches = _foreach(op, name, kernels, model, foreach_launches)
-    if not op_tensors(op) and not tensor_lists(op) and entry:     # Python-scalar arithmetic: one tiny launch
+    if not op_tensors(priced) and not tensor_lists(op) and entry:     # Python-scalar arithmetic: one tiny launch
         for k in kernels:
             k.bytes = 0.0
-    reasons += _unit_reasons(op, name, kernels, model)
+    reasons += _unit_reasons(priced, name, kernels, model)
     inserted = []
     rule_name = (entry or {}).get("transdata")
     if rule_name:
         rule = (model.get("transdata") or {}).get(rule_name) or {}
-        inserted = transdata(op, rule, kernels)
-    inserted_910a = nz_transdata(op, (model.get("transdata") or {}).get("matmul_nz"), weights)
+        inserted = transdata(priced, rule, kernels)
+    inserted_910a = nz_transdata(priced, (model.get("transdata") or {}).get("matmul_nz"), weights)
     reasons += _run_reasons(op, dynamic_shapes)
     fallback = op.verdict == "cpu-fallback"
     row = {"name": op.name, "overload": op.overload, "input_shapes": op.input_shapes,

@@ -7,7 +7,10 @@ put on by ``npu_estimate.price``.
 """
 from __future__ import annotations
 
+import copy
+
 from opscope.analysis.npu_cost import Kernel, cost_model, dtype_bytes, dtype_name, numel, tensor_bytes
+from opscope.knowledge import backend_kernel
 
 
 def base_name(name: str) -> str:
@@ -79,6 +82,53 @@ def list_bytes(lst: tuple[list, str]) -> float:
 
 def _float_dtype(op) -> str:
     return next((d for _, d in op_tensors(op) if d.startswith(("float", "bfloat"))), "float32")
+
+
+# --- a backend's own kernel priced as the public op it implements ---
+
+def folded_backend_kernel(op) -> dict | None:
+    """The backend kernel folded into ``op`` that implements a public op (``_batch_norm_impl_index`` ran
+    ``aten::cudnn_batch_norm``: the scan lists it as "aten::cudnn_batch_norm (backend-private)")."""
+    for child in op.children or []:
+        name, _, tag = child.partition(" (")
+        kernel = backend_kernel(name) if tag else None
+        if kernel:
+            return kernel
+    return None
+
+
+def cost_entry(op, aten: dict) -> tuple[str, dict | None, object, dict | None]:
+    """(name priced, its ``aten`` entry in npu_cost_model.yaml or None, the operator with its arguments in
+    that entry's order, the backend kernel it stands for or None).  An operator without an entry of its own
+    that is a backend's kernel for a public op (``backend_private_ops.yaml`` ``implements``: cuDNN's SDPA
+    backward, cuDNN's batch norm), or whose folded kernel is one, is priced as that public op."""
+    name = base_name(op.name)
+    entry = aten.get(name)
+    if entry:
+        return name, entry, op, None
+    own = backend_kernel(op.name)
+    kernel = own or folded_backend_kernel(op)
+    if kernel:
+        key = str(kernel.get("priced_as") or base_name(kernel["op"]))
+        entry = aten.get(key)
+        if entry:
+            return key, entry, as_arguments_of(op, key, kernel.get("args") if own else None), kernel
+    return name, None, op, None
+
+
+def as_arguments_of(op, name: str, args: list | None):
+    """A copy of ``op`` named ``aten::name`` whose argument lists are in that op's order: ``args[i]`` is the
+    position in ``op`` of the i-th argument (None: ``op`` has none); ``args`` None keeps the order."""
+    out = copy.copy(op)
+    out.name = f"aten::{name}"
+    if args:
+        def pick(values, empty):
+            values = list(values or [])
+            return [values[i] if i is not None and i < len(values) else empty for i in args]
+        out.input_shapes = pick(op.input_shapes, [])
+        out.dtypes = pick(op.dtypes, "")
+        out.scalars = pick(op.scalars, None)
+    return out
 
 
 # --- ATen operator -> kernels: one function per `model` named in npu_cost_model.yaml ---

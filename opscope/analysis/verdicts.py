@@ -27,7 +27,15 @@ from collections.abc import Callable
 from typing import Any
 
 from opscope.analysis.third_party import judge_third_party, version_here
-from opscope.knowledge import implemented_public_op, is_backend_private, is_private_kernel, load_optional
+from opscope.knowledge import (
+    backend_kernel,
+    implemented_public_op,
+    is_backend_private,
+    is_private_kernel,
+    kernel_public_op,
+    load_optional,
+    public_op_note,
+)
 from opscope.matrix.judge import FOREIGN_DECOMPOSITION, GOOD, RANK, Judge, Judgement
 from opscope.matrix.store import SupportMatrix, load_matrix, resolve_release
 from opscope.matrix.torch_schema import load_torch_schema, schema_for
@@ -145,6 +153,15 @@ class _Context:
             parent = self.parent_of(parent)
         return None
 
+    def as_run(self, name: str) -> Judgement:
+        """``name`` as the NPU runs it: a backend's own kernel for a public op (``backend_private_ops.yaml``
+        ``implements``) as that public op, unless torch_npu registers the kernel itself."""
+        own = self.intrinsic(name, None)
+        implemented = implemented_public_op(name)
+        if implemented and own.verdict != "native":
+            return self.intrinsic(implemented[0], None)
+        return own
+
     def intrinsic(self, name: str, overload: str | None) -> Judgement:
         ns = name.rpartition("::")[0]
         if ns == "aten":
@@ -180,7 +197,7 @@ class _Context:
         while parent and parent not in seen and parent != op.name:
             seen.add(parent)
             if not is_backend_private(parent):
-                judged = self.intrinsic(parent, None)
+                judged = self.as_run(parent)
                 if judged.kind == "kernel":
                     return parent, judged
             parent = self.parent_of(parent)
@@ -238,9 +255,9 @@ def mark_host_only(operators, uses_device: bool = True) -> None:
 
 def _verdict(op, ctx: _Context) -> tuple[str, dict]:
     pattern = is_backend_private(op.name)
-    if pattern:
-        ancestor = ctx.public_ancestor(op)
-        judged_as = ctx.intrinsic(ancestor, None).verdict if ancestor else None
+    ancestor = ctx.public_ancestor(op) if pattern else None
+    if pattern and (ancestor or not implemented_public_op(op.name)):
+        judged_as = ctx.as_run(ancestor).verdict if ancestor else None
         return "not-applicable", {"rule": "backend-private", "pattern": pattern,
                                   "detail": f"an implementation kernel of the scanning machine's backend; "
                                             f"on the NPU the kernel of {ancestor or 'its public parent'} "
@@ -248,6 +265,7 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
                                   "judged_through": ancestor, "parent_verdict": judged_as}
     own = ctx.observed(op)
     evidence = dict(own.evidence)
+    kernel = backend_kernel(op.name) if own.verdict != "native" else None   # torch_npu's own kernel wins
     if own.verdict in ("unsupported", "unknown") and op.parent and op.parent != op.name:
         parent_own = ctx.intrinsic(op.parent, None)
         if parent_own.evidence.get("decomposition") == FOREIGN_DECOMPOSITION:
@@ -263,28 +281,39 @@ def _verdict(op, ctx: _Context) -> tuple[str, dict]:
         parent, parent_judged = cover
         inside = (f"runs inside {parent}'s kernel ({parent_judged.verdict} on the NPU), which replaces the "
                   "whole subtree: it needs no NPU support of its own")
+        if kernel:
+            inside = f"{_recorded_as(kernel)}; it {inside}"
         if own.verdict not in GOOD:
+            extra = {"recorded_as": kernel["kernel"], "backend": kernel["backend"],
+                     "implements": kernel_public_op(kernel, op.scalars)} if kernel else {}
             return "not-applicable", {"rule": "inside-parent-kernel", "detail": inside, "judged_through": parent,
-                                      "parent_verdict": parent_judged.verdict,
+                                      "parent_verdict": parent_judged.verdict, **extra,
                                       "own": {k: evidence[k] for k in ("rule", "dispatch") if evidence.get(k)}}
         evidence["inside"] = inside
-    implemented = implemented_public_op(op.name)
-    if implemented:
-        return _as_public_op(op, implemented, ctx)
+    if kernel:
+        return _as_public_op(op, kernel, ctx)
     return own.verdict, evidence
 
 
-def _as_public_op(op, implemented: tuple[str, str], ctx: _Context) -> tuple[str, dict]:
-    """A backend's own kernel for a public op (the CPU's fused-attention backward): on the NPU the
-    public op's kernel and autograd run instead, so it gets the public op's verdict and evidence."""
-    public, part = implemented
+def _recorded_as(kernel: dict) -> str:
+    return f"recorded as {kernel['kernel']} ({kernel['backend']})"
+
+
+def _as_public_op(op, kernel: dict, ctx: _Context) -> tuple[str, dict]:
+    """A backend's own kernel for a public op (cuDNN's SDPA backward, the CPU's fused-attention backward,
+    cuDNN's batch norm): on the NPU the public op's kernel and autograd run instead, so it gets the public
+    op's verdict and evidence, with the backend kernel named."""
+    public, part = kernel_public_op(kernel, op.scalars), kernel["part"]
     judged = ctx.intrinsic(public, None)
-    half = "backward of " if part == "backward" else ""
+    half = "the backward of " if part == "backward" and not public.endswith("_backward") else ""
+    how = public_op_note(public)
     evidence = {**judged.evidence, "rule": "backend-implements", "implements": public, "part": part,
+                "recorded_as": op.name, "backend": kernel["backend"],
                 "public_rule": judged.evidence.get("rule"),
-                "detail": f"the scanning machine's own kernel for the {half}{public}; on the NPU the "
-                          f"{half}{public} runs as torch_npu runs {public} ({judged.verdict} in torch_npu "
-                          f"{ctx.release.version}), so it is judged as that op"
+                "detail": f"{_recorded_as(kernel)}; on the NPU {half}{public} runs instead"
+                          + (f" ({how})" if how else "")
+                          + f": {public} is {judged.verdict} in torch_npu {ctx.release.version}, so it is judged "
+                            "as that op"
                           + (f": {judged.evidence['detail']}" if judged.evidence.get("detail") else ""),
                 "judged_through": public}
     return judged.verdict, evidence

@@ -183,9 +183,12 @@ def _rule_text(evidence: dict, rule: str, where: str) -> str | None:
         return f"kernel private to the scanning machine's backend; {evidence.get('judged_through') or 'its parent'}" \
                " replaces it on the NPU"
     if rule == "backend-implements":
-        half = "the backward of " if evidence.get("part") == "backward" else ""
-        return (f"the scanning CPU's own kernel for {half}{evidence.get('implements') or 'a public op'}: "
-                f"judged as that op" + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
+        public = str(evidence.get("implements") or "a public op")
+        half = "the backward of " if evidence.get("part") == "backward" and not public.endswith("_backward") else ""
+        kernel = f"{evidence['recorded_as']} ({evidence['backend']})" if evidence.get("recorded_as") and \
+            evidence.get("backend") else "the scanning machine's own kernel"
+        return (f"{kernel} for {half}{public}, which the NPU runs instead: judged as that op"
+                + (f" (torch_npu {evidence['version']})" if evidence.get("version") else ""))
     if rule == "inside-parent-kernel":
         return f"runs inside {evidence.get('judged_through') or 'its parent'}'s kernel: needs no NPU support"
     if rule == "no-npu-kernel":
