@@ -20,7 +20,7 @@ from typing import Literal
 from opscope.capture.outcomes import ChildOutcome
 from opscope.capture.run_folder import RunFolder
 from opscope.capture.session import CaptureSession
-from opscope.model import ScanSettings
+from opscope.scanning import ScanOptions
 
 
 class capture:
@@ -41,8 +41,9 @@ class capture:
         self.steps = steps
         self.target = target
         self.formats = formats
-        self.settings = ScanSettings(steps=steps, warmup=warmup, step_marker=step_marker, timeout=None,
-                                     target=target, requested_device="in-process", remap=False)
+        # the one construction of a scan's settings (``scanning.ScanOptions``); nothing is remapped here
+        self.settings = ScanOptions(steps=steps, warmup=warmup, step_marker=step_marker, target=target,
+                                    device="in-process").settings(remap=False)
         self.static_scan = static_scan
         script = sys.modules["__main__"].__dict__.get("__file__") or sys.argv[0] or "<interactive>"
         self.script = str(Path(script).resolve()) if script != "<interactive>" else script

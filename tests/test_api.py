@@ -45,3 +45,30 @@ def test_load_diff_of_a_run_with_itself(huber_scan):
     ops = diff.operators
     assert len(ops) > 0 and (ops["delta_us"] == 0).all() and set(ops["status"]) == {"same"}
     assert diff.only_a.empty and diff.only_b.empty
+
+
+def test_scan_from_python_returns_the_result_and_writes_the_run_folder(tmp_path):
+    """``opscope.scan(...)`` is ``opscope scan`` as a function: the same run folder, the ``ScanResult`` back."""
+    from opscope.model import ScanResult
+    out = tmp_path / "cnn"
+    result = opscope.scan(ROOT / "examples" / "train_cnn.py", out=out, steps=2, formats=())
+    assert isinstance(result, ScanResult) and result.complete and result.operators
+    assert (out / "scan.json").is_file() and (out / "operators.csv").is_file() and not (out / "report.html").exists()
+    assert result.settings.steps == 2 and opscope.load(out).result.operators == result.operators
+
+
+def test_scan_from_python_refuses_a_bad_option_as_the_command_does(tmp_path):
+    import pytest
+
+    from opscope.errors import UserError
+    script = str(ROOT / "examples" / "train_cnn.py")
+    with pytest.raises(UserError) as caught:
+        opscope.scan(script, out=tmp_path / "x", steps=2, warmup=2, formats=())
+    assert caught.value.exit_code == 2
+    cli = subprocess.run([sys.executable, "-m", "opscope", "scan", script, "-o", str(tmp_path / "y"), "--steps", "2",
+                          "--warmup", "2", "--format", ""], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert cli.returncode == 2 and cli.stderr.strip() == f"opscope: error: {caught.value}"
+    with pytest.raises(UserError, match="unknown report format pdf"):
+        opscope.scan(script, out=tmp_path / "x", formats=("pdf",))
+    with pytest.raises(TypeError, match="no_traces"):
+        opscope.scan(script, no_traces=True)

@@ -137,7 +137,7 @@ def test_auto_runs_the_small_cnn_for_real(tmp_path):
 
 @pytest.mark.slow
 def test_auto_chooses_fake_for_a_llama_2_7b_configuration():
-    from opscope.commands._fake_probe import choose_mode
+    from opscope.mode_probe import choose_mode
     mode, why = choose_mode(ROOT / "bench" / "scripts" / "llama_train.py", [], None)
     assert mode == "fake", why
     # 6.74e9 parameters in fp32 are ~25 GiB; with gradients and AdamW's two moments four times that

@@ -378,7 +378,7 @@ def test_a_second_scans_write_probe_in_the_same_moment_is_not_a_missing_folder(t
     """Two scans started together both probe --out before either takes the lock: the second one's
     probe, written and removed between this scan's write and unlink, must not fail this one
     ("cannot write to --out ...: No such file or directory" instead of the lock's own message)."""
-    from opscope.commands import scan as scan_cmd
+    from opscope.scanning import check_out
     out = tmp_path / "same"
     write_text, nested = Path.write_text, []
 
@@ -386,11 +386,11 @@ def test_a_second_scans_write_probe_in_the_same_moment_is_not_a_missing_folder(t
         result = write_text(self, *args, **kwargs)
         if self.name.startswith(".opscope-write-test") and not nested:
             nested.append(self)
-            scan_cmd._check_out(out)     # the other scan's whole probe, in between
+            check_out(out)     # the other scan's whole probe, in between
         return result
 
     monkeypatch.setattr(Path, "write_text", write_then_other_scan_probes)
-    scan_cmd._check_out(out)
+    check_out(out)
     assert nested and not any(out.iterdir())
 
 

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "opscope"
-TOP = ("opscope.commands", "opscope.pipeline", "opscope.cli", "opscope.api", "opscope.dataframes",
-       "opscope.config", "opscope.scan_child", "opscope.__main__")
+TOP = ("opscope.commands", "opscope.pipeline", "opscope.scanning", "opscope.mode_probe", "opscope.cli", "opscope.api",
+       "opscope.dataframes", "opscope.config", "opscope.scan_child", "opscope.__main__")
 BASE = ("opscope.capture", "opscope.analysis", "opscope.report", "opscope.parsers", "opscope.replay",
         "opscope.fleet", "opscope.matrix") + TOP
 # package or module -> what it must never import (also inside functions)
@@ -35,7 +35,7 @@ ALLOWED = {("capture/__init__.py", "opscope.api"),
            # torch-free: a fleet retry waits for the run folder's lock of the attempt it replaces
            ("fleet/engine.py", "opscope.capture.run_folder")}
 # names ``opscope/__init__`` defines for users; code below the CLI takes them from their own modules
-ROOT_NAMES = {"load", "load_diff", "__version__"}
+ROOT_NAMES = {"scan", "load", "load_diff", "__version__"}
 
 
 def _imports(path: Path):

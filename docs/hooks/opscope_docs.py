@@ -18,7 +18,8 @@ CLI_MARKER = "<!-- opscope:cli -->"
 GLOSSARY_MARKER = "<!-- opscope:glossary -->"
 API_MARKER = "<!-- opscope:api -->"
 # the public Python API, in the order the reference shows it: (name shown, "module:attribute")
-API = [("opscope.capture", "opscope.api:capture"), ("opscope.load", "opscope.dataframes:load"),
+API = [("opscope.scan", "opscope:scan"), ("opscope.capture", "opscope.api:capture"),
+       ("opscope.load", "opscope.dataframes:load"),
        ("opscope.dataframes.Run", "opscope.dataframes:Run"), ("opscope.load_diff", "opscope.dataframes:load_diff"),
        ("opscope.dataframes.Diff", "opscope.dataframes:Diff")]
 

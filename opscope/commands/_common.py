@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
-from opscope.errors import UserError
 
 DEVICES = ("auto", "cpu", "cuda", "npu")
 
@@ -42,29 +39,3 @@ def leaf_parsers(parser: argparse.ArgumentParser):
                 if has_children:
                     yield from leaf_parsers(child)
                 yield child
-
-
-def check_compiles(script: Path) -> None:
-    """Fail in well under a second, naming the line, instead of starting a child that cannot run it."""
-    from opscope.schema import regular_file
-    regular_file(script, "training script")
-    try:
-        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise UserError(f"{script}:{exc.lineno or '?'}: {exc.msg}: the script does not compile; fix it "
-                        "(python -m py_compile shows the same error)") from None
-    except ValueError as exc:   # NUL bytes: a binary file
-        raise UserError(f"{script} is not Python source ({exc}); give the training script") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {script} ({exc.strerror or exc})") from None
-
-
-def calibration_file(given: str | None) -> str | None:
-    """The `opscope calibrate` file the estimate uses: --calibration, else ./opscope-calibration.json."""
-    from opscope.analysis.npu_cost import CALIBRATION_FILE, load_calibration
-    path = Path(given) if given else Path.cwd() / CALIBRATION_FILE
-    if given and not path.is_file():
-        raise UserError(f"--calibration {given}: no such file; run `opscope calibrate NPU_PROFILE -o {given}` first")
-    if load_calibration(path) is None:   # checks the file: a broken one is a one-line error (exit 2)
-        return None
-    return str(path.resolve())

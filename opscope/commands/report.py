@@ -49,8 +49,8 @@ def _npu_estimate(result, args) -> None:
     before the estimate existed.  A stored basis that cannot be priced is a one-line error (exit 2)."""
     from opscope.analysis.npu_cost import calibration_factors, resolve_chip
     from opscope.analysis.npu_estimate import estimate, price
-    from opscope.commands._common import calibration_file
     from opscope.errors import InputError
+    from opscope.scanning import calibration_file
     calibration = calibration_file(args.calibration)
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
     if args.chip:

@@ -85,7 +85,7 @@ def _run(args) -> int:  # noqa: C901
         _check_writable(scan_path)   # before the long replay, not after it
     if args.e2e:
         from opscope.atomic import ensure_out_dir
-        from opscope.commands._common import check_compiles
+        from opscope.scanning import check_compiles
         if not Path(args.e2e).is_file():
             raise UserError(f"--e2e script not found: {args.e2e}")
         check_compiles(Path(args.e2e))
