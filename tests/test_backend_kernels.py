@@ -323,3 +323,28 @@ def test_the_h200_cnn_trace_replayed_records_cudnn_batch_norm_and_its_backward()
         assert ops[name].verdict == "native" and ops[name].evidence["implements"] == public
         assert [k["type"] for k in rows[name]["kernels"]] in (["BNTrainingReduce", "BNTrainingUpdate"],
                                                               ["BNTrainingUpdateGrad", "BNTrainingReduceGrad"])
+
+
+@needs_gpu_scans
+def test_opscope_diff_reads_a_standalone_backend_kernel_as_the_scan_does(tmp_path):
+    """`opscope diff` folds backend-private work by the same table: cuDNN's batch-norm backward is an operator
+    there too, with the kernel time the scan charges it (it was folded into nothing)."""
+    import gzip
+    from collections import Counter
+
+    from kineto_trace import kineto_events, load_trace
+
+    from opscope.capture.events import calls_from_kineto, compact_calls
+    from opscope.parsers.chrome_trace import load_chrome_trace
+    path = GPU / "cnn" / "traces" / "step_0003.json.gz"
+    plain = tmp_path / "step.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    filed: Counter = Counter()
+    for c in load_chrome_trace(plain).calls:
+        filed[c.name] += c.device_time_us
+    live: Counter = Counter()
+    for c in compact_calls(calls_from_kineto(kineto_events(load_trace(path)), 3, [], None, release=True)):
+        live[c.name] += c.device_time_us
+    name = "aten::cudnn_batch_norm_backward"
+    assert filed[name] > 0 and filed[name] == pytest.approx(live[name], rel=1e-3)
+    assert {k: round(v, 1) for k, v in live.items() if v} == {k: round(v, 1) for k, v in filed.items() if v}

@@ -19,6 +19,13 @@ def _matcher(patterns):
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
+def _standalone(name: str) -> bool:
+    """A backend kernel that runs with no public operator around it (``standalone`` in
+    backend_private_ops.yaml ``implements``: cuDNN's batch-norm backward): an operator, as the scan records it."""
+    from opscope.knowledge import backend_kernel
+    return bool((backend_kernel(name) or {}).get("standalone"))
+
+
 @lru_cache(maxsize=1)
 def rules() -> CompiledRules:
     from opscope.knowledge import load
@@ -74,7 +81,7 @@ class CompiledRules:
         if kind is None:
             if "::" not in name or (self._structural and self._structural.match(name)):
                 kind = "annotation"
-            elif self._private and self._private.match(name):
+            elif self._private and self._private.match(name) and not _standalone(name):
                 kind = "private"
             else:
                 kind = "op"
