@@ -143,41 +143,45 @@ def await_plan(fd: int) -> str | None:
     return os.fsdecode(path) if path else None
 
 
-def main(config_path: str, analyse=None) -> int:
-    plan = ScanPlan.from_json(Path(config_path).read_text(encoding="utf-8"))
-    out_dir = Path(plan.out_dir)
-    script = plan.script
-    folder = RunFolder(out_dir)
-    folder.capture_dir.mkdir(parents=True, exist_ok=True)
+class _OutcomeWriter:
+    """Writes ``capture/outcome.json``, again each time the outcome is settled further (after the script, after
+    the analysis): it reads the steps from the session once there is one and keeps what every rewrite must
+    carry (the write error's path)."""
 
-    outcome_extra: dict = {}   # kept across rewrites of the outcome (the write error's path)
+    def __init__(self, folder: RunFolder):
+        self.folder = folder
+        self.session = None
+        self.extra: dict = {}   # kept across rewrites of the outcome
 
-    def write_outcome(kind: str, code=None, message: str = "", where: str | None = None, **extra):
+    def __call__(self, kind: str, code=None, message: str = "", where: str | None = None, **extra) -> None:
         data = {"kind": kind, "code": code, "message": message, "where": where,
-                "steps": session.step_index if session else 0, "ended": time.time(),
-                "torch": getattr(sys.modules.get("torch"), "__version__", None), **outcome_extra, **extra}
+                "steps": self.session.step_index if self.session else 0, "ended": time.time(),
+                "torch": getattr(sys.modules.get("torch"), "__version__", None), **self.extra, **extra}
         try:
-            folder.write_outcome(data)
+            self.folder.write_outcome(data)
         except OSError as exc:   # not even this fits: the exit status tells the parent
             sys.stderr.flush()
             os._exit(write_error_status(exc))
 
-    session = None
-    from opscope.capture.session import StopScan
-    try:
-        from opscope.capture.devices import resolve_device  # imports torch
-        plan = plan.with_device(resolve_device(plan.device))
-        if plan.device == "cpu":   # the CPU stand-in for CUDA will answer the script
-            import torch
 
-            from opscope.torch_support import check_stand_in_build
-            check_stand_in_build(torch.__version__, getattr(torch.version, "hip", None))
-    except Exception as exc:  # a UserError: the parent prints it as one line
-        write_outcome("usage", 2, str(exc))
-        return 2
+def _with_device(plan: ScanPlan) -> ScanPlan:
+    """The plan with its device resolved (imports torch); on the CPU, checks that the CUDA stand-in fits this
+    torch build.  Raises a UserError the parent prints as one line."""
+    from opscope.capture.devices import resolve_device  # imports torch
+    plan = plan.with_device(resolve_device(plan.device))
+    if plan.device == "cpu":   # the CPU stand-in for CUDA will answer the script
+        import torch
 
+        from opscope.torch_support import check_stand_in_build
+        check_stand_in_build(torch.__version__, getattr(torch.version, "hip", None))
+    return plan
+
+
+def _become_the_script(plan: ScanPlan, out_dir: Path, stop_scan: type[BaseException]) -> None:
+    """Make this process the script's: its signals (SIGTERM stops the scan), its death with the parent, its
+    ``sys.argv`` and ``sys.path``; opscope's own warnings go to scan.json notes, not stderr."""
     def on_term(signum, frame):
-        raise StopScan("timeout")
+        raise stop_scan("timeout")
 
     signal.signal(signal.SIGTERM, on_term)
     # opscope forwards Ctrl-C / its own SIGTERM as SIGINT; a shell may have started us with
@@ -185,9 +189,14 @@ def main(config_path: str, analyse=None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_parent()
     from opscope.capture.noise import divert_own_warnings
-    divert_own_warnings(out_dir / "capture")   # opscope's warnings go to scan.json notes, not stderr
-    sys.argv = [script] + list(plan.argv)
+    divert_own_warnings(out_dir / "capture")
+    sys.argv = [plan.script] + list(plan.argv)
     sys.path.insert(0, plan.user_root)
+
+
+def _start_capture(plan: ScanPlan, out_dir: Path):
+    """(session, fake run or None): the capture session (or the ranks' stand-in of a distributed launch) with
+    its plugins, started, and ``--mode fake``'s fake tensors installed."""
     from opscope.capture import ranks  # distributed launches: spawned ranks, ranks not captured
     session = ranks.make_session(plan.capture, out_dir, **plan.session_options())
     ranks.install_spawn(session, plan)
@@ -196,6 +205,63 @@ def main(config_path: str, analyse=None) -> int:
     session.start()
     if fake_run is not None:
         fake_run.install()
+    return session, fake_run
+
+
+def _script_error(exc: BaseException, script: str, folder: RunFolder) -> tuple[str, str | None]:
+    """(message, where) of an exception the user's script raised, its traceback kept in the run folder: the
+    script's story, not ours."""
+    from opscope.text import printable
+    message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
+    where = user_frame_summary(exc, script)
+    try:
+        folder.write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
+    except OSError:
+        pass   # the one-line error keeps the story
+    return message, where
+
+
+def _end_capture(session, fake_run, out_dir: Path, write_outcome: _OutcomeWriter,
+                 kind: str, code: object, message: str, where: str | None) -> tuple[str, object, str, str | None]:
+    """Finish the session and the fake run, take the ranks' end, and write the outcome: a write error of an
+    otherwise clean run becomes the outcome (the disk's reserve released for it and for scan.json)."""
+    from opscope.capture import ranks
+    try:
+        session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
+    finally:
+        _end_fake(fake_run, out_dir)
+        kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
+        if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
+            session.step_index = rank0_steps
+        clean = kind in ("finished", "steps-reached", "write-error") or (kind == "exit" and code == 0)
+        if session.write_error is not None and clean:
+            write_outcome.folder.release_reserve()   # room for this outcome and for scan.json of the complete steps
+            path, what = session.write_error
+            kind, code, where = "write-error", None, None
+            message = f"{what} writing {os.path.relpath(path, out_dir)}"
+            write_outcome.extra["error_path"] = path
+        write_outcome(kind, code, message, where)
+    return kind, code, message, where
+
+
+def main(config_path: str, analyse=None) -> int:
+    """Run the plan's script as ``__main__`` under a capture session, write how it ended, then analyse the
+    capture here.  Returns 2 on a usage error; otherwise ends the process (``os._exit``) once all is written."""
+    plan = ScanPlan.from_json(Path(config_path).read_text(encoding="utf-8"))
+    out_dir = Path(plan.out_dir)
+    script = plan.script
+    folder = RunFolder(out_dir)
+    folder.capture_dir.mkdir(parents=True, exist_ok=True)
+    write_outcome = _OutcomeWriter(folder)
+    from opscope.capture.session import StopScan
+    try:
+        plan = _with_device(plan)
+    except Exception as exc:  # a UserError: the parent prints it as one line
+        write_outcome("usage", 2, str(exc))
+        return 2
+    _become_the_script(plan, out_dir, StopScan)
+    session, fake_run = _start_capture(plan, out_dir)
+    write_outcome.session = session
     code: object   # an exit status, or what a rank reported
     kind, code, message, where = "finished", 0, "", None
     try:
@@ -213,30 +279,11 @@ def main(config_path: str, analyse=None) -> int:
         where = user_frame_summary(exc, script)
     except BaseException as exc:  # the user's script raised: keep its story, not ours
         kind, code = "exception", 1
-        from opscope.text import printable
-        message = printable(f"{type(exc).__name__}: {exc}", "").strip().splitlines()[0][:300]
-        where = user_frame_summary(exc, script)
-        try:
-            folder.write_capture_text(SCRIPT_TRACEBACK, "".join(traceback.format_exception(exc)))
-        except OSError:
-            pass   # the one-line error keeps the story
+        message, where = _script_error(exc, script, folder)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
-            session.finish(ended_normally=kind == "finished" or (kind == "exit" and code == 0))
-        finally:
-            _end_fake(fake_run, out_dir)
-            kind, code, message, where, rank0_steps = ranks.after_script(kind, code, message, where)
-            if rank0_steps is not None:  # the ranks trained: this process's own session was handed over
-                session.step_index = rank0_steps
-            clean = kind in ("finished", "steps-reached", "write-error") or (kind == "exit" and code == 0)
-            if session.write_error is not None and clean:
-                folder.release_reserve()   # room for this outcome and for scan.json of the complete steps
-                path, what = session.write_error
-                kind, code, where = "write-error", None, None
-                message = f"{what} writing {os.path.relpath(path, out_dir)}"
-                outcome_extra["error_path"] = path
-            write_outcome(kind, code, message, where)
+        kind, code, message, where = _end_capture(session, fake_run, out_dir, write_outcome,
+                                                  kind, code, message, where)
     sys.stdout.flush()
     sys.stderr.flush()
     if plan.analyse and analyse is not None:
@@ -248,4 +295,3 @@ def main(config_path: str, analyse=None) -> int:
     # Skip interpreter teardown: DataLoader workers and user atexit handlers of a run we
     # stopped early must not hang or fail the scan after everything is written.
     os._exit(0)
-
