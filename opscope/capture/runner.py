@@ -34,13 +34,9 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
     ``early``: a child already started (``EarlyChild``), used when this plan can run in it.
     """
     plan = plan.started()
-    out_dir = Path(plan.out_dir)
-    timeout = plan.timeout
-    folder = RunFolder(out_dir)
+    folder = RunFolder(Path(plan.out_dir))
     capture_dir = folder.capture_dir
-    folder.clear_capture()
-    config_path = folder.write_config(plan.to_dict())
-    folder.reserve_space()   # released when the script ends: room for the outcome and scan.json
+    config_path = _prepare_folder(folder, plan)
     child_env = child_environment(env)
     if early is not None and (plan.distributed is not None or early.env != child_env):
         early.discard()
@@ -53,20 +49,49 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
                 return dist_launch.run_ranks(plan, child_env, progress)
             finally:
                 folder.release_reserve()
-    if early is not None:
-        proc = early.hand_over(config_path)
-    else:
-        proc = subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(config_path)], cwd=os.getcwd(),
-                                env=child_env, start_new_session=True, stderr=subprocess.PIPE)
+    proc = early.hand_over(config_path) if early is not None else _start_child(config_path, child_env)
     relay = threading.Thread(target=relay_stderr, args=(proc.stderr, capture_dir), daemon=True)
     relay.start()
     started = time.monotonic()
+    limit_mb = max_memory_mb if max_memory_mb is not None else default_max_memory_mb()
+    steps = LineCounter(folder.steps_log)
+    timed_out, interrupted, over_memory = _watch_child(proc, capture_dir, steps, progress, plan.timeout,
+                                                       started, limit_mb)
+    relay.join(timeout=5)
+    folder.release_reserve()
+    outcome = _read_outcome(capture_dir, proc.returncode)
+    if outcome.kind == "usage":
+        raise UserError(outcome.message)
+    _stopped_by_parent(outcome, plan, timed_out, interrupted, over_memory, limit_mb)
+    if progress is not None:
+        progress(steps.count())
+    return outcome
+
+
+def _prepare_folder(folder: RunFolder, plan: ScanPlan) -> Path:
+    """Clear an earlier capture, write the plan (its path is what the child gets) and reserve room for the
+    outcome and scan.json (released when the script ends)."""
+    folder.clear_capture()
+    config_path = folder.write_config(plan.to_dict())
+    folder.reserve_space()
+    return config_path
+
+
+def _start_child(config_path: Path, child_env: dict) -> subprocess.Popen:
+    """A fresh capture child in its own session (so its whole group can be stopped), its stderr piped to us."""
+    return subprocess.Popen([sys.executable, "-m", "opscope.scan_child", str(config_path)], cwd=os.getcwd(),
+                            env=child_env, start_new_session=True, stderr=subprocess.PIPE)
+
+
+def _watch_child(proc, capture_dir: Path, steps: LineCounter, progress, timeout: float | None, started: float,
+                 limit_mb: float | None) -> tuple[bool, int | None, float | None]:
+    """Wait for the child, showing progress, and stop it on --timeout, --max-memory or a signal to opscope;
+    its whole process group is killed before this returns.  (timed out, the signal that interrupted us,
+    the memory used when over --max-memory)."""
     timed_out = False
     interrupted = None
     over_memory = None
-    limit_mb = max_memory_mb if max_memory_mb is not None else default_max_memory_mb()
     next_memory_check = 0.0
-    steps = LineCounter(folder.steps_log)
     exited = ExitWatch(proc)
     restore = _forward_termination()
     try:
@@ -99,15 +124,7 @@ def run_script(plan: ScanPlan, *, progress=None, env: dict | None = None,
         signal_group(proc, signal.SIGKILL)
         if proc.poll() is None:
             proc.wait()
-    relay.join(timeout=5)
-    folder.release_reserve()
-    outcome = _read_outcome(capture_dir, proc.returncode)
-    if outcome.kind == "usage":
-        raise UserError(outcome.message)
-    _stopped_by_parent(outcome, plan, timed_out, interrupted, over_memory, limit_mb)
-    if progress is not None:
-        progress(steps.count())
-    return outcome
+    return timed_out, interrupted, over_memory
 
 
 def _stopped_by_parent(outcome: ChildOutcome, plan: ScanPlan, timed_out: bool, interrupted: int | None,
