@@ -32,6 +32,7 @@ def _table(headers: list[str], rows: list[list]) -> list[str]:
 
 
 def render_markdown(result: ScanResult) -> str:
+    """The Markdown summary of ``result``: headline, port plan, verdicts, fixes, what needs work, details."""
     score = view.readiness_score(result)
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
@@ -81,6 +82,16 @@ def render_markdown(result: ScanResult) -> str:
     else:
         out.append("None.")
 
+    out += _detail_lines(result)
+    if result.verification is not None and not result.verification.is_empty():
+        out += _verification_lines(result.verification)
+    return "\n".join(out) + "\n"
+
+
+def _detail_lines(result: ScanResult) -> list[str]:
+    """The sections after the operators that need work, each only when the scan has it: the GPU's costliest
+    operators, dynamic-shape root causes, CUDA API findings, the memory fit and fake mode's places."""
+    out: list[str] = []
     if view.has_device_time(result):   # a GPU run: where the step's kernel time goes
         costly = [row for row in view.costliest_operators(result) if row[1] > 0]
         out += ["", "## Costliest operators on the GPU", "",
@@ -110,9 +121,7 @@ def render_markdown(result: ScanResult) -> str:
         out += _table(["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
                       [[p.get("where"), p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
                        for p in result.fake_mode.get("places") or []])
-    if result.verification is not None and not result.verification.is_empty():
-        out += _verification_lines(result.verification)
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _verification_lines(verification: Verification) -> list[str]:
