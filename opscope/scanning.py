@@ -22,6 +22,9 @@ from opscope.model import ScanResult, ScanSettings
 
 DEFAULT_STEPS = 5
 DEFAULT_FORMATS = ("html", "xlsx")
+STEP_MARKERS = ("auto", "optimizer", "backward", "module")
+LAUNCHERS = ("auto", "spawn", "torchrun", "none")
+MODES = ("real", "fake", "auto")
 NO_SCRIPT = ("give the training script: opscope scan train.py [-- ARGS], or the launch command after "
              "`--`: opscope scan -- accelerate launch train.py ARGS")
 
@@ -57,8 +60,7 @@ class ScanOptions:
         if self.script is None:
             raise UserError(NO_SCRIPT)
 
-    # one check after another, in the order the command always made them
-    def check(self, listener: ScanListener | None = None) -> CheckedScan:  # noqa: C901
+    def check(self, listener: ScanListener | None = None) -> CheckedScan:
         """Refuse a bad option with a one-line ``UserError`` (exit 2), as ``opscope scan`` does, and resolve
         what the options name: the script inside a launch command, the torch_npu release, the chip, the
         calibration file and the launch of a distributed script.  Creates ``out`` (it must be writable).
@@ -77,20 +79,7 @@ class ScanOptions:
             raise UserError(f"{script} is not a Python script; give the training script (e.g. train.py), "
                             "or use --static-only to scan a folder")
         check_compiles(script)
-        if self.steps < 1:
-            raise UserError("--steps must be at least 1")
-        if self.warmup < 0 or self.warmup >= self.steps:
-            raise UserError("--warmup must be between 0 and --steps - 1")
-        for flag in ("max_step_calls", "max_capture_mb"):
-            if getattr(self, flag) is not None and getattr(self, flag) < 1:
-                raise UserError(f"--{flag.replace('_', '-')} must be a positive number")
-        if self.timeout is not None and self.timeout <= 0:
-            raise UserError("--timeout must be a positive number of seconds")
-        from opscope.report.registry import parse_formats
-        try:   # the command line's --format is parsed already
-            formats = parse_formats(list(self.formats), "scan", allow_empty=True)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        formats = self._check_values()
         out = Path(self.out)
         check_out(out)
         from opscope.analysis.verdicts import resolve_target
@@ -110,6 +99,27 @@ class ScanOptions:
         distributed = dist_launch.resolve(launcher, script, world_size, self.ranks)
         return CheckedScan(options=self, script=script, script_args=script_args, out=out, formats=formats,
                            wrapped=wrapped, target=target, chip=chip, calibration=calibration, distributed=distributed)
+
+    def _check_values(self) -> tuple[str, ...]:
+        """The checks of the options' values alone; the report formats, normalised."""
+        for option, value, valid in (("--step-marker", self.step_marker, STEP_MARKERS), ("--mode", self.mode, MODES)):
+            if value not in valid:   # the command line's parser refused it already
+                raise UserError(f"unknown {option} {value!r}: choose from {', '.join(valid)}")
+        if self.steps < 1:
+            raise UserError("--steps must be at least 1")
+        if self.warmup < 0 or self.warmup >= self.steps:
+            raise UserError("--warmup must be between 0 and --steps - 1")
+        for flag in ("max_step_calls", "max_capture_mb"):
+            if getattr(self, flag) is not None and getattr(self, flag) < 1:
+                raise UserError(f"--{flag.replace('_', '-')} must be a positive number")
+        if self.timeout is not None and self.timeout <= 0:
+            raise UserError("--timeout must be a positive number of seconds")
+        from opscope.report.registry import parse_formats
+        try:   # the command line's --format is parsed already
+            formats = parse_formats(list(self.formats), "scan", allow_empty=True)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        return formats
 
     def settings(self, checked: CheckedScan | None = None, *, mode: str = "real", mode_reason: str | None = None,
                  remap: bool | None = None) -> ScanSettings:

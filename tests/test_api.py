@@ -70,5 +70,7 @@ def test_scan_from_python_refuses_a_bad_option_as_the_command_does(tmp_path):
     assert cli.returncode == 2 and cli.stderr.strip() == f"opscope: error: {caught.value}"
     with pytest.raises(UserError, match="unknown report format pdf"):
         opscope.scan(script, out=tmp_path / "x", formats=("pdf",))
+    with pytest.raises(UserError, match="unknown --step-marker 'epoch': choose from auto, optimizer, backward, module"):
+        opscope.scan(script, out=tmp_path / "x", step_marker="epoch")   # the parser's choices, as the parser says it
     with pytest.raises(TypeError, match="no_traces"):
         opscope.scan(script, no_traces=True)

@@ -11,7 +11,16 @@ from opscope.commands._args import finite_float, non_empty, positive_float
 from opscope.commands._common import add_device, add_out
 from opscope.errors import EXIT_FAIL_UNDER, EXIT_SCRIPT_FAILED, EXIT_TIMEOUT, UserError
 from opscope.report.registry import add_format_option
-from opscope.scanning import DEFAULT_STEPS, Scan, ScanListener, ScanOptions, check_out
+from opscope.scanning import (
+    DEFAULT_STEPS,
+    LAUNCHERS,
+    MODES,
+    STEP_MARKERS,
+    Scan,
+    ScanListener,
+    ScanOptions,
+    check_out,
+)
 
 
 def register(sub) -> None:
@@ -30,10 +39,10 @@ def register(sub) -> None:
     add_out(p, default="opscope-out", help="output folder (default opscope-out/)")
     add_device(p, help="where the script runs: auto (default: npu, else cuda, else cpu), cpu, cuda or npu")
     p.add_argument("--timeout", type=positive_float, default=None, help="stop the script after this many seconds")
-    p.add_argument("--step-marker", default="auto", choices=["auto", "optimizer", "backward", "module"],
+    p.add_argument("--step-marker", default="auto", choices=STEP_MARKERS,
                    help="what ends a step: optimizer.step() (default when the script builds an optimizer), "
                         "loss.backward(), or a top-level module forward call (inference loops)")
-    p.add_argument("--launcher", default="auto", choices=["auto", "spawn", "torchrun", "none"],
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                    help="how the script is launched: torch.multiprocessing.spawn inside the script, torchrun-style "
                         "(opscope starts --world-size ranks with RANK/WORLD_SIZE/MASTER_PORT), or one process; "
                         "auto (default) reads the script")
@@ -59,7 +68,7 @@ def register(sub) -> None:
     p.add_argument("--max-memory", type=positive_float, default=None, metavar="MB",
                    help="stop the script (keeping what was captured) when it and its processes use more than "
                         "this much memory (default: 3/4 of the machine's RAM)")
-    p.add_argument("--mode", default="real", choices=["real", "fake", "auto"],
+    p.add_argument("--mode", default="real", choices=MODES,
                    help="real (default): run every operator; fake: model, optimizer state and activations are fake "
                         "tensors (shapes and dtypes, no data; data loading stays real) so a model too big for this "
                         "machine scans in seconds, without CPU timings; auto: fake when parameters + gradients + "
