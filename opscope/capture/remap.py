@@ -307,6 +307,7 @@ class CudaRemapper:
         self._undo: list = []
         self._cuda_modules: list | None = None   # torch.cuda's submodules, listed once (_patch_everywhere)
         self.moved = False
+        self.targets_cuda = False   # the script put something on the GPU: its optimizers take the GPU's path
 
     @property
     def device_count(self) -> int:
@@ -323,16 +324,16 @@ class CudaRemapper:
         name = getattr(func, "__name__", "")
         self.moved = False
         if name == "cuda":
-            self.moved = True
+            self.moved = self.targets_cuda = True
             self.findings.record("cuda-call", "Tensor.cuda()", depth=3)
             return args, kwargs, True, args[0]
         dev = kwargs.get("device")
         if dev is not None and is_cuda(dev):
-            self.moved = True
+            self.moved = self.targets_cuda = True
             kwargs = dict(kwargs, device="cpu")
             self.findings.record("cuda-device", f"{name}(device='cuda')", depth=3)
         if name == "to" and len(args) > 1 and is_cuda(args[1]):
-            self.moved = True
+            self.moved = self.targets_cuda = True
             args = (args[0], "cpu") + tuple(args[2:])
             self.findings.record("cuda-device", ".to('cuda')", depth=3)
         if name == "pin_memory":
@@ -417,6 +418,7 @@ class CudaRemapper:
         self._install_load(rec)
         self._install_data_parallel(rec)
         self._install_graphs(rec)
+        self._install_optimizers()
         self._install_runtime_guard(rec)
 
     def _install_backends(self, rec):
@@ -496,6 +498,7 @@ class CudaRemapper:
         orig_to = module_cls.to
 
         def mark(module):
+            self.targets_cuda = True
             for t in list(module.parameters()) + list(module.buffers()):
                 t._opscope_dev = True  # "on the accelerator" in the original script
 
@@ -670,6 +673,44 @@ class CudaRemapper:
             rec("cuda-nvtx", f"torch.cuda.nvtx.{name}()", depth=2)
             return contextlib.nullcontext() if name == "range" else 0
         return fn
+
+    def _install_optimizers(self) -> None:
+        """torch's optimizers pick their implementation as for the GPU's tensors: foreach, not the loop.
+
+        With neither ``foreach`` nor ``fused`` given, SGD, Adam, AdamW and the others run the foreach
+        implementation (``_foreach_add_``, ``_foreach_mul_``, ...) on CUDA tensors (and on the NPU's
+        PrivateUse1 ones), the per-parameter loop on CPU tensors
+        (``torch.optim.optimizer._default_to_fused_or_foreach``).  On the stand-in the parameters the
+        script put on the GPU are CPU tensors: they get the GPU's answer, and torch's CPU foreach kernels
+        run.  ``fused=True`` (nanoGPT's and the HF Trainer's AdamW on CUDA) needs nothing: torch runs the
+        fused kernels on the CPU too.  Each optimizer module bound the function by name: each is patched.
+        """
+        try:
+            from torch.optim import optimizer as optim_base
+            from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+        except ImportError:  # pragma: no cover - older torch
+            return
+        orig = getattr(optim_base, "_default_to_fused_or_foreach", None)
+        if orig is None or "cpu" in _get_foreach_kernels_supported_devices():
+            return
+        supported = getattr(optim_base, "_foreach_supported_types", (torch.Tensor, torch.nn.Parameter))
+        remapper = self
+
+        def default_to_fused_or_foreach(params, differentiable, use_fused=False):
+            fused, foreach = orig(params, differentiable, use_fused)
+            if fused or foreach or differentiable or torch.jit.is_scripting() or not params:
+                return fused, foreach
+            if all(p is None or (type(p) in supported and p.device.type == "cpu"
+                                 and (getattr(p, "_opscope_dev", False) or remapper.targets_cuda))
+                   for p in params):
+                return False, True
+            return fused, foreach
+
+        default_to_fused_or_foreach.__wrapped__ = orig   # type: ignore[attr-defined]
+        for name, module in list(sys.modules.items()):
+            if module is not None and (name == "torch.optim" or name.startswith("torch.optim.")) \
+                    and getattr(module, "_default_to_fused_or_foreach", None) is orig:
+                self._patch(module, "_default_to_fused_or_foreach", default_to_fused_or_foreach)
 
     def _install_runtime_guard(self, rec):
         """What would still start the CUDA runtime (CUDA graphs, ``torch._C._cuda_*``) stops with one clear line.
