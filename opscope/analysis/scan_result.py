@@ -243,7 +243,41 @@ def nothing_measured_reason(steps, operators, outcome, settings: ScanSettings) -
             "trains in this process")
 
 
+def partial_steps_text(steps) -> str:
+    """Which steps were recorded only in part and how much of each: '' when none was.
+
+    ``step 1: the first 1,341 of 4,210 torch calls (32 %)``; a step recorded before the total was kept
+    says only how many calls were recorded."""
+    parts = []
+    for s in steps or []:
+        u = s.unrecorded or {}
+        if not u.get("after_calls"):
+            continue
+        recorded, total = int(u["after_calls"]), int(u.get("calls") or 0)
+        share = f" of {total:,} torch calls ({recorded / total:.0%})" if total >= recorded > 0 else " torch calls"
+        parts.append(f"step {s.index}: the first {recorded:,}{share}")
+    if not parts:
+        return ""
+    why = next(((s.unrecorded or {}).get("reason") for s in steps if (s.unrecorded or {}).get("after_calls")), None)
+    return "recorded in part, " + "; ".join(parts) + f" ({why or '--max-step-calls'})"
+
+
+def no_whole_step_reason(steps) -> str | None:
+    """Why a score would mislead when every step stopped recording part-way (``--max-capture-mb``,
+    ``--max-step-calls``): it would judge a fragment of the iteration as the whole; None otherwise."""
+    complete = [s for s in steps if s.complete]
+    if not complete or any(not (s.unrecorded or {}).get("after_calls") for s in complete):
+        return None
+    return (f"no step was recorded whole ({partial_steps_text(steps)}): a score would judge part of each "
+            "iteration as the whole; raise the limit named and scan again")
+
+
 def _refuse_empty_measurement(result: ScanResult, outcome, settings: ScanSettings) -> None:
+    partial = no_whole_step_reason(result.steps)
+    if partial is not None and nothing_measured_reason(result.steps, result.operators, outcome, settings) is None:
+        result.summary.readiness_score = None   # the run itself ended as it should: no score, and why
+        result.summary.score_unavailable = partial
+        return
     reason = nothing_measured_reason(result.steps, result.operators, outcome, settings)
     if reason is None:
         return

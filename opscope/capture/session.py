@@ -620,6 +620,8 @@ class CaptureSession:
 
     def _take_unrecorded(self) -> dict:
         data, self._unrecorded = self._unrecorded, {}
+        if "after_calls" in data:   # the step's torch calls in all: how much of it was recorded
+            data["calls"] = self.tracker.calls_in_step
         self.tracker.calls_in_step = 0
         self.tracker.call_cap = self.max_step_calls
         self._eval_forwards = 0
@@ -629,19 +631,35 @@ class CaptureSession:
         return data
 
     def _watch_memory(self) -> None:
-        """Bound capture memory: past the budget, the next torch call stops the step's recording.
+        """Bound capture memory: once what opscope holds grows past the budget, the next torch call stops
+        the step's recording.
 
-        Runs in a thread; it only lowers the tracker's call cap, so the profiler itself is
-        paused on the main thread.
+        What opscope holds (profiler events, folded calls, source frames, allocator events) is the RSS
+        growth beyond the script's own tensors: on the CPU stand-in they are the GPU's memory, the user's,
+        and the memory fit measures them.  They are the most the CPU allocator held live (its live bytes
+        while a step records memory, ``CpuAllocatorBytes``): a plain run's RSS grows to about that
+        high-water mark, so the scan's peak stays within the budget of the plain run's.  Runs in a thread;
+        it only lowers the tracker's call cap, so the profiler itself is paused on the main thread.
         """
         import threading as _t
-        base = rss_mb()
+
+        from opscope.capture.step_writer import CpuAllocatorBytes
         budget = self.max_capture_mb
+        live = CpuAllocatorBytes(torch.__file__)
+        most = [float(live.read() or 0) / 2**20]   # the script's tensors at their most so far, MB
+
+        def script_mb() -> float:
+            now = live.read() if self._measuring_memory else None   # the counter stands still between
+            if now is not None:
+                most[0] = max(most[0], now / 2**20)
+            return most[0]
+
+        base = rss_mb() - script_mb()
 
         def loop():
             while not self.done:
-                if self.prof is not None and rss_mb() - base > budget \
-                        and "after_calls" not in self._unrecorded:
+                if self.prof is not None and "after_calls" not in self._unrecorded \
+                        and rss_mb() - script_mb() - base > budget:
                     self.tracker.call_cap = self.tracker.calls_in_step + 1
                 time.sleep(0.05)
 

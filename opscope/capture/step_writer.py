@@ -229,6 +229,44 @@ def rss_mb() -> float:
         return 0.0
 
 
+class CpuAllocatorBytes:
+    """Live bytes of torch's CPU allocator, as its profiled-memory reporter counts them.
+
+    While a profiler records memory (``profile_memory``), c10's ``ProfiledCPUMemoryReporter`` keeps
+    the bytes of every CPU block allocated and not yet freed (``allocated_``): the blocks the
+    profiler's ``[memory]`` events report.  torch exposes no reader, so this reads the counter from
+    the reporter that ``c10::profiledCPUMemoryReporter()`` returns (a mutex, the size map, then
+    ``allocated_``), checked for plausibility; ``read()`` is None where that cannot be done.  Between
+    memory-profiled steps the counter stands still.
+    """
+
+    OFFSET = 96        # std::mutex (40) + std::unordered_map (56), libstdc++ on 64-bit Linux
+
+    def __init__(self, torch_file: str | None):
+        self.address: int | None = None
+        try:
+            import ctypes
+            import sys
+            if torch_file is None or not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8:
+                return
+            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch_file), "lib", "libc10.so"))
+            fn = lib._ZN3c1025profiledCPUMemoryReporterEv   # c10::profiledCPUMemoryReporter()
+            fn.restype = ctypes.c_void_p
+            self.address = fn()
+            self._value = ctypes.c_size_t
+            buckets = ctypes.c_size_t.from_address(self.address + 48).value   # the size map's bucket count
+            if not 0 < buckets < 2**40 or self.read() is None:
+                self.address = None
+        except (OSError, AttributeError, ValueError):
+            self.address = None
+
+    def read(self) -> int | None:
+        if self.address is None:
+            return None
+        value = self._value.from_address(self.address + self.OFFSET).value
+        return value if value < 2**50 else None
+
+
 TRIM_AFTER_MB = 16
 _TRIMMED_AT = 0.0
 _MALLOC_TRIM: Any = None

@@ -6,6 +6,7 @@ with these same sentences.
 """
 from __future__ import annotations
 
+from opscope.analysis.scan_result import partial_steps_text
 from opscope.model import ScanResult
 from opscope.report import view
 
@@ -24,8 +25,9 @@ def score_colour(score, result: ScanResult) -> str:
 
 
 def measured_steps(result: ScanResult) -> int:
-    """Training iterations captured whole: what a verdict can stand on."""
-    return sum(1 for s in result.steps or [] if s.complete)
+    """Training iterations captured whole: what a verdict can stand on (a step whose recording stopped
+    part-way is not one)."""
+    return sum(1 for s in result.steps or [] if s.complete and not (s.unrecorded or {}).get("after_calls"))
 
 
 def scan_state(result: ScanResult) -> tuple[str, str]:
@@ -60,9 +62,15 @@ def verdict_line(result: ScanResult) -> str:
     if state == "failed":
         return f"Scan failed — no verdict{f' for torch_npu {target}' if target else ''}: {why}."
     head = f"On torch_npu {target}" if target else "On the NPU"
+    lead = []
     if state == "incomplete":
         n = measured_steps(result)
-        head = f"Incomplete — {n} step{'s' if n != 1 else ''} measured ({why}). {head}, in what was measured"
+        lead.append(f"Incomplete — {n} step{'s' if n != 1 else ''} measured ({why}).")
+    partial = partial_steps_text(result.steps)
+    if partial:   # a cut step leads: its operators after the cut are missing from everything below
+        lead.append(f"Partial steps — {partial}.")
+    if lead:
+        head = " ".join([*lead, f"{head}, in what was {'recorded' if partial else 'measured'}"])
     if not view.verdicts_computed(result):
         return f"{head}: support verdicts were not computed for this scan."
     names: dict[str, set] = {v: set() for v in view.BLOCKING}
