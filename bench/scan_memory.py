@@ -9,6 +9,10 @@ Two comparisons, printed side by side with their ratios:
 - long vs short scan: examples/train_cnn.py (the same dataset size for both) scanned for 20
   and for 200 steps.  Capture memory must not grow with the number of steps.  Target:
   200 steps <= 1.2x 20 steps.
+- real size (``--real-size``, issue 41): examples/train_resnet50.py --dummy -b 64 (224 px) for 3 steps,
+  plain vs `opscope scan --steps 3`, wall time and peak RSS, and which steps the scan recorded only in
+  part; then tests/data/scripts/capture_budget.py with a runaway step (60,000 tiny calls) under
+  ``--max-capture-mb 150``: that step must be cut.  Target: every ResNet-50 step whole, scan <= 1.5x plain.
 Peak RSS is the largest process of each run (the scan's capture child included), read with
 getrusage(RUSAGE_CHILDREN) in a fresh wrapper per run.  Runs are interleaved; medians printed.
 """
@@ -21,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,13 +44,65 @@ def peak_mb(cmd: list[str]) -> float:
     return int(kb) / 1024
 
 
+def cut_steps(out: Path) -> dict[int, str]:
+    """Steps the capture recorded only in part: step -> "after N calls (reason)"."""
+    cut = {}
+    for line in (out / "capture" / "steps.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["unrecorded"].get("after_calls"):
+            u = record["unrecorded"]
+            cut[record["step"]] = f"after {u['after_calls']} calls ({u.get('reason', '--max-step-calls')})"
+    return cut
+
+
+def real_size(repeat: int) -> None:
+    """ResNet-50 b64 plain vs scan (wall time, peak RSS, cut steps), and a runaway capture stopped."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scan_overhead import RUNNER  # plain: the script with only opscope's CUDA->CPU remap, stopped after N steps
+    r50 = str(ROOT / "examples" / "train_resnet50.py")
+    r50_args = ["--dummy", "-b", "64", "--samples", "192"]   # 3 steps of 64
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r50"
+        runner = Path(tmp) / "runner.py"
+        runner.write_text(RUNNER)
+        runs = {"plain ResNet-50 b64, 3 steps": [sys.executable, str(runner), "plain", "3", r50, *r50_args],
+                "scan ResNet-50 b64, 3 steps": [sys.executable, "-m", "opscope", "scan", r50, "--steps", "3", "--out",
+                                                str(out), "--format", "", "--quiet", "--", *r50_args]}
+        peaks: dict[str, list] = {name: [] for name in runs}
+        walls: dict[str, list] = {name: [] for name in runs}
+        for _ in range(repeat):
+            for name, cmd in runs.items():
+                start = time.perf_counter()
+                peaks[name].append(peak_mb(cmd))
+                walls[name].append(time.perf_counter() - start)
+        cut = cut_steps(out)
+        runaway = Path(tmp) / "runaway"
+        peak_mb([sys.executable, "-m", "opscope", "scan", str(ROOT / "tests" / "data" / "scripts" / "capture_budget.py"),
+                 "--steps", "2", "--out", str(runaway), "--format", "", "--quiet", "--max-capture-mb", "150",
+                 "--max-step-calls", "1000000", "--", "--batch", "64", "--runaway", "60000"])
+        runaway_cut = cut_steps(runaway)
+    print(f"median of {repeat} interleaved run(s)")
+    print(f"{'run':<32}{'wall s':>10}{'peak MB':>10}")
+    for name in runs:
+        print(f"{name:<32}{statistics.median(walls[name]):>10.1f}{statistics.median(peaks[name]):>10.0f}")
+    names = list(runs)
+    print(f"scan / plain: wall {statistics.median(walls[names[1]]) / statistics.median(walls[names[0]]):.2f}x, "
+          f"peak RSS {statistics.median(peaks[names[1]]) / statistics.median(peaks[names[0]]):.2f}x (target <= 1.5x)")
+    print(f"ResNet-50 steps recorded in part: {cut or 'none'}")
+    print(f"runaway capture (--max-capture-mb 150), steps cut: {runaway_cut or 'none (FAIL)'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--iters", type=int, default=6, help="training iterations of the sampling script")
     parser.add_argument("--short-steps", type=int, default=20)
     parser.add_argument("--long-steps", type=int, default=200)
+    parser.add_argument("--real-size", action="store_true", help="ResNet-50 b64 and a runaway capture (issue 41)")
     args = parser.parse_args()
+    if args.real_size:
+        real_size(args.repeat)
+        return
     gen = str(ROOT / "tests" / "data" / "scripts" / "char_gpt_sampling.py")
     gen_args = ["--iters", str(args.iters), "--sample-len", "300", "--sample-every", "1"]
     cnn = str(ROOT / "examples" / "train_cnn.py")
