@@ -107,17 +107,20 @@ class UserCode:
         self.root = str(Path(root).resolve()) if root else None
         self._cache: dict[str, str | None] = {}
         self._lib_cache: dict[str, str | None] = {}
-        # per code object: (user display path or None, library path or None, an import machinery frame)
-        self.by_code: dict = {}
+        # per code object, by its id: (user display path or None, library path or None, an import machinery
+        # frame, the code object).  By id: a code object's hash is computed anew from its fields at every
+        # lookup, about half of the frame walk each torch call makes; the entry holds the code, so its id
+        # is never reused by another while the entry exists
+        self.by_code: dict[int, tuple] = {}
 
     def code_info(self, code) -> tuple:
         """What a frame running ``code`` says about the call: computed once per code object."""
-        info = self.by_code.get(code)
-        if info is None:
+        info = self.by_code.get(id(code))
+        if info is None or info[3] is not code:
             filename = code.co_filename
             shown = self.display(filename)
-            info = self.by_code[code] = (shown, None if shown is not None else self.library(filename),
-                                         filename.startswith("<frozen importlib"))
+            info = self.by_code[id(code)] = (shown, None if shown is not None else self.library(filename),
+                                             filename.startswith("<frozen importlib"), code)
         return info
 
     def library(self, filename: str) -> str | None:
@@ -257,9 +260,10 @@ class SourceTracker(TorchFunctionMode):
         by_code, code_info = self.user_code.by_code, self.user_code.code_info
         while frame is not None:
             code = frame.f_code
-            info = by_code.get(code) or code_info(code)
+            info = by_code.get(id(code)) or code_info(code)
             if info[0] is not None:
-                return _line_text(info[0], frame.f_lineno), importing, library
+                text = _LINE_TEXT.get((info[0], frame.f_lineno))   # _line_text, inlined: once per torch call
+                return text or _line_text(info[0], frame.f_lineno), importing, library
             if library is None and info[1] is not None:
                 library = _line_text(info[1], frame.f_lineno)
             if info[2]:
@@ -302,19 +306,18 @@ class SourceTracker(TorchFunctionMode):
                 pass
 
     # -- host batches: host work whose result the script then moves to the device -----------
-    def _note_host_work(self, device: str, args, kwargs, out, idx: int, fname: str) -> None:
-        """Remember which host call made each host tensor (and which host calls made its inputs), so
-        that a later ``.to(device)`` of it marks that work as data preparation (``host_batch_moved``)."""
-        if fname in _MOVES_TO_DEVICE and self.remapper is None and args and isinstance(args[0], torch.Tensor) \
-                and args[0].device.type == "cpu" and any(t.device.type != "cpu" for t in iter_tensors(out)):
-            self._host_batch_moved(args)   # a real device: the copy itself shows the move
-        if device != "host":
-            return
-        parents = {getattr(t, "_opscope_host_call", None)
-                   for t in itertools.chain(iter_tensors(args), iter_tensors(kwargs) if kwargs else ())} - {None}
-        if parents:
-            self.host_parents.setdefault(idx, set()).update(parents)
-        for t in iter_tensors(out):
+    def _moved_to_device(self, args, outs: tuple) -> None:
+        """``.to``/``.cuda``/``.npu`` on a real device: the copy of a host tensor shows the move."""
+        if self.remapper is None and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type == "cpu" and any(t.device.type != "cpu" for t in outs):
+            self._host_batch_moved(args)
+
+    def _note_host_work(self, host_calls: set | None, outs: tuple, idx: int) -> None:
+        """Remember which host call made each host tensor (``host_calls``: the host calls that made its
+        inputs), so that a later ``.to(device)`` of it marks that work as data preparation (``host_batch_moved``)."""
+        if host_calls:
+            self.host_parents.setdefault(idx, set()).update(host_calls)
+        for t in outs:
             try:
                 t._opscope_host_call = idx
             except Exception:
@@ -405,9 +408,10 @@ class SourceTracker(TorchFunctionMode):
             if setter not in calls:
                 calls.add(setter)
                 self.changed_origins.add(self.loading)
-        # origins: every origin among the tensor inputs (by tensor identity)
+        # origins: every origin among the tensor inputs (by tensor identity); the host calls that made them
         origins: frozenset = frozenset()
         has_tensors = False
+        host_calls = None
         on_device = moved or _is_accel(kwargs.get("device"))
         tensors = args if _plain_tensors(args) else iter_tensors(args)
         if kwargs:
@@ -419,8 +423,17 @@ class SourceTracker(TorchFunctionMode):
             o = getattr(t, "_opscope_origins", None)
             if o:
                 origins = origins | o
-            if not on_device and (t.device.type != "cpu" or getattr(t, "_opscope_dev", False)):
-                on_device = True
+            if not on_device:
+                # (is_cpu: what device.type == "cpu" says, without building a device object per tensor)
+                if not t.is_cpu or getattr(t, "_opscope_dev", False):
+                    on_device = True
+                else:
+                    host = getattr(t, "_opscope_host_call", None)
+                    if host is not None:
+                        if host_calls is None:
+                            host_calls = {host}
+                        else:
+                            host_calls.add(host)
         kind, at = None, where
         if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
             kind = "data-dependent-output"
@@ -457,13 +470,18 @@ class SourceTracker(TorchFunctionMode):
         else:  # pragma: no cover - older torch
             with torch.autograd.profiler.record_function(self.table.labels[idx]):
                 out = func(*args, **kwargs)
+        # the output tensors, once: a lone tensor (most calls) without the nested walk
+        outs = (out,) if type(out) is _Tensor else tuple(iter_tensors(out))
         if on_device and self.remapper is not None:
-            for t in iter_tensors(out):
+            for t in outs:
                 try:
                     t._opscope_dev = True
                 except Exception:
                     pass
-        self._note_host_work(device, args, kwargs, out, idx, fname)
+        if fname in _MOVES_TO_DEVICE:
+            self._moved_to_device(args, outs)
+        if device == "host":
+            self._note_host_work(host_calls, outs, idx)
         if fname in _HOST_SYNC and where and self.user_code.display(sys._getframe(1).f_code.co_filename):
             # only a value the user's own line reads back (not library bookkeeping)
             for value in (out if isinstance(out, list) else [out]):
@@ -476,7 +494,7 @@ class SourceTracker(TorchFunctionMode):
         else:
             out_origins = origins
         first = args[0] if args else None
-        for t in iter_tensors(out):
+        for t in outs:
             if t is first and kind is None and getattr(t, "_opscope_origins", None):
                 continue  # an in-place op keeps its tensor's shape and origins
             try:
