@@ -156,22 +156,22 @@ def split_steps(events: list, steps: int) -> list[list]:
 
     A host event belongs to the step in which it started; a device task (a kernel, a copy) to the step of
     the runtime call that launched it (same correlation id), else to the step in which it started."""
-    marks = []
+    host: list = []      # (start, event): each event's fields read once, in one pass
+    device: list = []
+    marks: list = []
+    cpu = _CPU
     for e in events:
-        if e.name() == STEP_END:
+        if e.device_type() != cpu:
+            device.append(e)
+        elif e.name() == STEP_END:
             marks.append(e.start_ns())
+        else:
+            host.append((e.start_ns(), e))
     marks.sort()
     parts: list[list] = [[] for _ in range(len(marks) + 1)]
-    device: list = []
-    for e in events:
-        if e.device_type() != _CPU:
-            device.append(e)
-            continue
-        start = e.start_ns()
-        part = bisect.bisect_right(marks, start)
-        if part and marks[part - 1] == start and e.name() == STEP_END:
-            continue   # the mark itself
-        parts[part].append(e)
+    cut = bisect.bisect_right
+    for start, e in host:
+        parts[cut(marks, start)].append(e)
     if device:
         launched: dict[int, int] = {}
         for index, events_of_step in enumerate(parts):
@@ -180,7 +180,7 @@ def split_steps(events: list, steps: int) -> list[list]:
                     launched[e.correlation_id()] = index
         for e in device:
             owner = launched.get(e.correlation_id())
-            parts[bisect.bisect_right(marks, e.start_ns()) if owner is None else owner].append(e)
+            parts[cut(marks, e.start_ns()) if owner is None else owner].append(e)
     if len(parts) != steps:   # a mark was not recorded: the events to the last step rather than to the wrong one
         parts = [[] for _ in range(steps - 1)] + [[e for events_of_step in parts for e in events_of_step]]
     return parts
