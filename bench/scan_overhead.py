@@ -1,6 +1,14 @@
 """Scan overhead: the same training steps run plain, under `opscope scan`, and with the seed method.
 
     python bench/scan_overhead.py [--steps 20] [--repeat 3] [--script SCRIPT [-- ARGS]]
+    python bench/scan_overhead.py --per-step [--steps 20] [--repeat 3] [--warmup-iters 5]
+
+--per-step times one step instead of whole processes (issue 40 item 5): nanoGPT's train.py
+(tests/data/scripts/frameworks/nanogpt_train.py) with 12 layers at tiny width on the CPU, where a step is bound
+by its ~2,000 torch calls as a GPT-2 small step is on a GPU; with a GPU, GPT-2 small itself (b12 x 1024, bf16) on
+the GPU.  Each run parses the script's own `iter N: ... time X ms` lines and takes the median (and the mean:
+a step that writes what the profiler recorded counts there) of the iterations after --warmup-iters, for plain,
+the bare profiler (record_shapes, CPU activity, + CUDA with a GPU, stopped once at the end) and `opscope scan`.
 
 Without --script it runs the suite: examples/train_alexnet.py, examples/train_resnet50.py
 (imagenet/main.py shape with a StepLR scheduler) and a nanoGPT-style trainer.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -50,7 +59,8 @@ def start():
         state["prof"].__enter__()
     if mode in ("profiler", "profiler-record") and state["prof"] is None:
         from torch.profiler import ProfilerActivity, profile
-        state["prof"] = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        state["prof"] = profile(activities=activities, record_shapes=True)
         state["prof"].__enter__()
     if mode == "seed":
         state["prof"] = torch.autograd.profiler.profile(record_shapes=True)
@@ -106,7 +116,7 @@ def _fwd_pre(module, args):
 
 register_optimizer_step_post_hook(_post)
 register_module_forward_pre_hook(_fwd_pre)
-if not torch.cuda.is_available():
+if not torch.cuda.is_available() and not os.environ.get("BENCH_NO_REMAP"):
     # a GPU script needs CUDA calls remapped to run here at all: apply only opscope's remap
     # (no profiler, no source tracking) so the baseline runs the same code path
     from torch.overrides import TorchFunctionMode
@@ -154,13 +164,91 @@ def main() -> None:
     parser.add_argument("--script", default=None, help="one script (default: the suite below)")
     parser.add_argument("--all", action="store_true",
                         help="also the profiler stopped and started at every step boundary")
+    parser.add_argument("--per-step", action="store_true",
+                        help="median iteration ms of the nanoGPT case (the script's own 'time X ms' lines)")
+    parser.add_argument("--warmup-iters", type=int, default=5, help="--per-step: iterations left out at the start")
     args = parser.parse_args(argv)
+    if args.per_step:
+        run_per_step(args, extra)
+        return
     if args.script:
         suite = [(args.script, extra or ["--epochs", "1", "--samples", str(32 * (args.steps + 4)), "--amp"])]
     else:
         suite = SUITE(args.steps)
     for script, script_args in suite:
         run_one(args, str(script), script_args)
+
+
+def has_gpu() -> bool:
+    """Whether torch sees a GPU here (asked in a child process: this one never imports torch)."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, cwd=ROOT)
+    return probe.stdout.strip().endswith("True")
+
+
+def scan_env() -> dict:
+    """The environment of every run: the GPU hidden only where there is none (then the CUDA stand-in runs)."""
+    if has_gpu():
+        return dict(os.environ)
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="")
+
+
+NANOGPT = ROOT / "tests" / "data" / "scripts" / "frameworks" / "nanogpt_train.py"
+# issue 40 item 5: 12 layers at tiny width on the CPU (a step bound by its torch calls, as GPT-2 small's on a GPU)
+NANOGPT_CPU = ["--n_layer=12", "--n_head=12", "--n_embd=48", "--block_size=32", "--batch_size=2", "--dropout=0.0",
+               "--compile=False", "--device=cpu", "--dtype=float32", "--eval_interval=1000"]
+# GPT-2 small as the issue timed it on the H200 (b12 x 1024, bf16)
+NANOGPT_GPU = ["--n_layer=12", "--n_head=12", "--n_embd=768", "--block_size=1024", "--batch_size=12",
+               "--dropout=0.0", "--compile=False", "--device=cuda", "--dtype=bfloat16", "--eval_interval=1000"]
+ITER_TIME = re.compile(r"^iter \d+:.*\btime ([\d.]+) ?ms", re.M)
+
+
+def run_per_step(args, extra: list) -> None:
+    """Per-step ms of plain, bare profiler and `opscope scan`, runs interleaved, medians over runs."""
+    gpu = has_gpu()
+    # the script is told its device: no CUDA stand-in in the profiler's run (its TorchFunctionMode costs time)
+    env = dict(os.environ, BENCH_NO_REMAP="1") if gpu else dict(os.environ, CUDA_VISIBLE_DEVICES="", BENCH_NO_REMAP="1")
+    script = args.script or str(NANOGPT)
+    iters = args.steps + args.warmup_iters + 2
+    script_args = extra or [*(NANOGPT_GPU if gpu else NANOGPT_CPU), f"--max_iters={iters}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = Path(tmp) / "runner.py"
+        runner.write_text(RUNNER)
+        commands = {
+            "plain": [sys.executable, script, *script_args],
+            # stopped once at the end, its events never read (reading them as FunctionEvents takes longer than
+            # the run): its process time is recording plus one stop
+            "profiler": [sys.executable, str(runner), "profiler-record", str(iters), script, *script_args],
+            "opscope": [sys.executable, "-m", "opscope", "scan", script, "--steps", str(iters), "--out",
+                        str(Path(tmp) / "run"), "--format", "", "--quiet", "--", *script_args],
+        }
+        median: dict[str, list[float]] = {name: [] for name in commands}
+        mean: dict[str, list[float]] = {name: [] for name in commands}
+        wall: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.repeat):   # interleaved: machine noise hits every mode alike
+            for name, cmd in commands.items():
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+                wall[name].append(time.perf_counter() - t0)
+                times = [float(t) for t in ITER_TIME.findall(proc.stdout)][args.warmup_iters:]
+                if proc.returncode != 0 or not times:
+                    raise SystemExit(f"{name} failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}")
+                median[name].append(statistics.median(times))
+                mean[name].append(statistics.fmean(times))
+    print(f"script: {os.path.relpath(script, ROOT)} {' '.join(script_args)}; {'GPU' if gpu else 'CPU, no GPU'}; "
+          f"iterations {args.warmup_iters + 1}-{iters} of each run; repeat: {args.repeat} (median over runs)")
+    med = {name: statistics.median(v) for name, v in median.items()}
+    avg = {name: statistics.median(v) for name, v in mean.items()}
+    print(f"{'run':<10}{'median ms/iter':>16}{'vs plain':>10}{'vs profiler':>13}{'mean ms/iter':>14}"
+          f"{'vs profiler':>13}{'process s':>11}")
+    for name in commands:
+        print(f"{name:<10}{med[name]:>16.1f}{med[name] / med['plain']:>9.2f}x{med[name] / med['profiler']:>12.2f}x"
+              f"{avg[name]:>14.1f}{avg[name] / avg['profiler']:>12.2f}x{statistics.median(wall[name]):>11.2f}")
+    # what the iterations do not show: the steps one profiler session recorded are written after it stops (at
+    # the scan's last step, here), and start-up and analysis; all in, per captured step
+    extra_s = statistics.median(wall["opscope"]) - statistics.median(wall["plain"])
+    print(f"opscope's whole run: {extra_s:+.2f} s over plain, {extra_s / iters * 1000:.0f} ms per captured step "
+          f"(start-up, the steps' writing and the analysis included)")
 
 
 def SUITE(steps: int) -> list:
@@ -178,7 +266,7 @@ def run_one(args, script: str, script_args: list) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runner = Path(tmp) / "runner.py"
         runner.write_text(RUNNER)
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        env = scan_env()
         commands = {
             "plain": [sys.executable, str(runner), "plain", str(args.steps), script, *script_args],
             "opscope": [sys.executable, "-m", "opscope", "scan", script, "--steps", str(args.steps),
