@@ -700,11 +700,17 @@ class CudaRemapper:
             fused, foreach = orig(params, differentiable, use_fused)
             if fused or foreach or differentiable or torch.jit.is_scripting() or not params:
                 return fused, foreach
-            if all(p is None or (type(p) in supported and p.device.type == "cpu"
+            if all(p is None or ((type(p) in supported or _is_fake(p)) and p.device.type == "cpu"
                                  and (getattr(p, "_opscope_dev", False) or remapper.targets_cuda))
                    for p in params):
                 return False, True
             return fused, foreach
+
+        try:   # --mode fake: the parameters are fake tensors standing for the GPU's, and take its path too
+            from torch._subclasses.fake_tensor import is_fake as _is_fake
+        except ImportError:  # pragma: no cover - older torch
+            def _is_fake(p) -> bool:
+                return False
 
         default_to_fused_or_foreach.__wrapped__ = orig   # type: ignore[attr-defined]
         for name, module in list(sys.modules.items()):
