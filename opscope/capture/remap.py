@@ -706,11 +706,10 @@ class CudaRemapper:
                 return False, True
             return fused, foreach
 
-        try:   # --mode fake: the parameters are fake tensors standing for the GPU's, and take its path too
-            from torch._subclasses.fake_tensor import is_fake as _is_fake
-        except ImportError:  # pragma: no cover - older torch
-            def _is_fake(p) -> bool:
-                return False
+        def _is_fake(p) -> bool:
+            """--mode fake: a fake tensor stands for the GPU's parameter and takes its path too."""
+            fake = sys.modules.get("torch._subclasses.fake_tensor")   # imported wherever a fake tensor exists
+            return fake is not None and bool(fake.is_fake(p))
 
         default_to_fused_or_foreach.__wrapped__ = orig   # type: ignore[attr-defined]
         for name, module in list(sys.modules.items()):
