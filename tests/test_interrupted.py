@@ -407,3 +407,25 @@ def test_a_recovered_scan_names_the_torch_its_script_ran_with(tmp_path):
     (out / "capture" / "outcome.json").write_text(json.dumps(outcome))
     (out / "scan.json").unlink()
     assert recover_capture(out).torch_version == "2.9.9+scan"
+
+
+def test_report_of_a_killed_scan_does_not_import_torch(tmp_path):
+    """The capture resolves each call's overload where torch is imported; rebuilding scan.json from the run
+    folder (a killed scan) reads files only: the same operators, and torch never imported."""
+    out = tmp_path / "run"
+    done = _scan(out, 2, "--format", "")
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = json.loads((out / "scan.json").read_text())
+    (out / "scan.json").unlink()
+    code = ("import sys\nfrom opscope.cli import main\n"
+            "try:\n    main(['report', sys.argv[1], '--format', 'html,md'])\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\nprint('torch imported' if 'torch' in sys.modules else 'no torch')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "no torch"
+    after = json.loads((out / "scan.json").read_text())
+
+    def signatures(scan):
+        return sorted(str((o["name"], o.get("overload"), o["input_shapes"], o["verdict"])) for o in scan["operators"])
+    assert signatures(after) == signatures(before) and any(o.get("overload") for o in after["operators"])

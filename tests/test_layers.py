@@ -28,7 +28,7 @@ FORBIDDEN = {
     "fleet": ("opscope.capture", "opscope.analysis", "opscope.report", "opscope.replay") + TOP,
     # the data model and the leaf helpers sit below every layer
     **{leaf: BASE for leaf in ("model.py", "schema.py", "knowledge.py", "errors.py", "version.py", "atomic.py",
-                               "text.py", "resources.py", "typed.py", "torch_support.py")},
+                               "text.py", "resources.py", "typed.py", "torch_support.py", "overloads.py")},
 }
 # the callable-package hook: ``opscope.capture(...)`` is the in-process API above the pipeline
 ALLOWED = {("capture/__init__.py", "opscope.api"),

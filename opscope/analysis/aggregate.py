@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from statistics import median
 
-from opscope.analysis.overloads import overload_for
 from opscope.model import DEVICE, HOST_BATCH, IMPORT, OpCall, Operator
+from opscope.overloads import overload_for
 
 TRAINING_PHASES = ("forward", "backward", "optimizer")
 
@@ -20,7 +20,8 @@ def _phase(phases: Counter) -> str:
     return phase
 
 
-def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | None = None) -> list[Operator]:
+def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | None = None,
+              resolve_overloads: bool = True) -> list[Operator]:
     """Group calls by (name, overload, input shapes, dtypes); sum calls and times.
 
     ``phase``/``source``/``parent`` are the most common values; all seen values are kept
@@ -32,7 +33,7 @@ def aggregate(calls: list[OpCall], steps_to_skip: int = 0, steady_steps: list | 
     groups: dict[tuple, dict] = {}
     frozen: dict = {}   # freeze_shared's: ``calls`` holds every list it names
     for call in calls:
-        if call.overload is None:
+        if call.overload is None and resolve_overloads:   # not when the capture resolved them (None: ambiguous)
             call.overload = overload_for(call.name, call.dtypes)
         key = call.signature(frozen)
         if call.device == HOST_BATCH:   # a host batch's torch.stack is not the device's torch.stack

@@ -66,7 +66,7 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.steps or 0)
     # steady state: complete steps after the baseline step (set-up and step 1 excluded)
     steady = [s.index for s in steps if s.complete and s.index > baseline]
-    operators = aggregate(calls, steady_steps=steady)
+    operators = aggregate(calls, steady_steps=steady, resolve_overloads=not meta.get("overloads_resolved"))
     setup_notes: list[str] = []
     dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"), setup_notes)
     eval_only_partial_batches(roots, dynamic, calls)   # a validation loader is not told drop_last

@@ -20,6 +20,7 @@ from opscope.atomic import write_in_place
 from opscope.capture.device_memory import step_peak
 from opscope.capture.events import calls_from_kineto, compact_calls
 from opscope.capture.run_folder import CALL_FIELDS, disk_error_text
+from opscope.overloads import overload_for
 
 try:   # the profiler's own enum: a host event's device type
     from torch._C._autograd import DeviceType as _DeviceType
@@ -112,6 +113,9 @@ class StepWriter:
                                           if job.memory_state is not None else None)
         calls = compact_calls(calls_from_kineto(events, job.step, job.entries, None, release=True, memory=memory),
                               self.shared)
+        for call in calls:   # resolved here, where torch is imported: reading the capture back needs none
+            if call.overload is None:
+                call.overload = overload_for(call.name, call.dtypes)
         if not job.complete and not calls:   # a partial step that recorded nothing: no trace, no record
             if trace is not None and alone:
                 Path(trace).unlink(missing_ok=True)
@@ -127,6 +131,7 @@ class StepWriter:
             "side": job.side,
             "unrecorded": job.unrecorded,
             "calls": [[getattr(c, f) for f in CALL_FIELDS] for c in calls],
+            "overloads_resolved": True,   # each call's overload as torch's schemas give it (None: ambiguous)
         }
         if memory is not None and job.memory_state is not None:
             peak = step_peak(job.step, job.memory_state, memory["memory"], memory["marks"], memory["ranges"])

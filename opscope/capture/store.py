@@ -65,5 +65,8 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict, p
         side[record["step"]] = record.get("side", {})
         if record.get("trace") and (not traces or traces[-1] != record["trace"]):
             traces.append(record["trace"])   # steps recorded in one profiler session share one trace
+    # every step written with its calls' overloads resolved (None: ambiguous): the analysis asks torch for none
+    resolved = bool(records) and all(record.get("overloads_resolved") for record in records)
     return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
-                                                  "precision": precision, "memory": {"steps": memory}}
+                                                  "precision": precision, "memory": {"steps": memory},
+                                                  "overloads_resolved": resolved}

@@ -3,6 +3,10 @@
 The profiler records ``aten::add`` with argument type strings (``float``, ``Scalar``,
 ``TensorList``, ``""`` for None) but not which overload ran.  The dispatcher's schemas
 tell us; when exactly one non-``out`` schema fits the argument kinds, that is the overload.
+
+A leaf helper: the capture child resolves each folded call's overload as it writes the step (torch is
+imported there), so reading a capture back (``opscope report`` of a killed scan) needs no torch; the
+analysis resolves what an older capture or another profile left unresolved.
 """
 from __future__ import annotations
 
