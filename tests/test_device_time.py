@@ -204,3 +204,29 @@ def test_a_scan_without_device_time_reports_as_before():
     table = terminal.top_operators_table(result)
     assert table is not None and "CPU time" in str(table.title) and "GPU ms/step" not in [c.header for c in table.columns]
     assert "on the GPU" not in markdown.render_markdown(result)
+
+
+def test_a_batched_session_gives_each_kernel_the_step_of_its_launch_not_of_a_range_with_the_same_id():
+    """split_steps: a device task goes with the runtime call that launched it (CUPTI ids), even when it runs
+    after the step's end; an annotation's correlation id counts in the host space and must not claim a kernel
+    whose id it happens to equal."""
+    from kineto_trace import TraceEvent
+    from torch._C._autograd import DeviceType
+
+    from opscope.capture.step_writer import STEP_END, split_steps
+
+    def ev(cat, name, ts, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": 1, "tid": 1, "args": args}
+
+    op = TraceEvent(ev("cpu_op", "aten::mm", 2, **{"External id": 7}), DeviceType.CPU)
+    events = [
+        op,                                                                                          # step 1
+        TraceEvent(ev("cuda_runtime", "cudaLaunchKernel", 3, correlation=42, **{"External id": 7}),
+                   DeviceType.CPU, op),
+        TraceEvent(ev("user_annotation", STEP_END, 10, **{"External id": 8}), DeviceType.CPU),
+        TraceEvent(ev("user_annotation", "opscope#3", 25, **{"External id": 42}), DeviceType.CPU),    # step 2
+        TraceEvent(ev("kernel", "gemm", 30, correlation=42, **{"External id": 7}), DeviceType.CUDA, op),
+    ]
+    first, second = split_steps(events, 2)
+    assert "gemm" in [e.name() for e in first], "the kernel belongs to the step that launched it"
+    assert [e.name() for e in second] == ["opscope#3"]

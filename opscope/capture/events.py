@@ -94,7 +94,7 @@ LAUNCH_TYPES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_dri
 TASK_TYPES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
-def _launch(e, corr) -> Launch | None:
+def launch_of(e, corr) -> Launch | None:
     """The ids of a host event that is a device runtime call, None for a profiler range (annotation).
 
     Read while the step's events are all alive: ``linked_correlation_id()`` follows a weak reference to the
@@ -158,7 +158,7 @@ def calls_from_kineto(events: list, step: int, table_entries: list, main_thread:
             tid = e.start_thread_id()
             corr = e.correlation_id()
             if "::" not in name:   # an operator or the profiler's bookkeeping is never a runtime call
-                corr = _launch(e, corr) or corr
+                corr = launch_of(e, corr) or corr
             rec = (e.start_ns(), e.duration_ns(), name, e.sequence_nr(), corr, step, e)
             if memory is not None and is_phase_range(name):
                 memory["ranges"].append((rec[0], rec[0] + rec[1], name))

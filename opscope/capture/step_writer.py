@@ -18,7 +18,7 @@ from typing import Any
 
 from opscope.atomic import write_in_place
 from opscope.capture.device_memory import step_peak
-from opscope.capture.events import calls_from_kineto, compact_calls
+from opscope.capture.events import calls_from_kineto, compact_calls, launch_of
 from opscope.capture.run_folder import CALL_FIELDS, disk_error_text
 from opscope.overloads import overload_for
 
@@ -181,7 +181,9 @@ def split_steps(events: list, steps: int) -> list[list]:
         launched: dict[int, int] = {}
         for index, events_of_step in enumerate(parts):
             for e in events_of_step:
-                if "::" not in e.name() and e.correlation_id():
+                # a runtime call only (its id is in the device tasks' id space), never a host range such as an
+                # annotation, whose correlation id counts in another space and could name any kernel
+                if "::" not in e.name() and e.correlation_id() and launch_of(e, e.correlation_id()) is not None:
                     launched[e.correlation_id()] = index
         for e in device:
             owner = launched.get(e.correlation_id())
