@@ -83,9 +83,12 @@ def test_acceptance_cpu_scan_vs_real_npu_run(alexnet_cpu_run, tmp_path, capsys):
     folded = {(f["parent"], f["name"]) for f in data["folded"]}
     assert ("aten::relu_", "aten::clamp_min_") in folded and ("aten::dropout", "aten::bernoulli_") in folded
     assert ("aten::dropout", "npu::_npu_dropout") in folded
-    # the optimizer difference stands out with its cause: per-parameter add vs _foreach_*
-    assert "aten::add" in only_a and "per-parameter" in only_a["aten::add"]["cause"]
-    assert "foreach" in next(o for o in data["only_b"] if o["name"] == "aten::_foreach_add_")["cause"]
+    # the stand-in runs the optimizer as the GPU and the NPU do (foreach, not the per-parameter loop of CPU
+    # tensors): its kernels are matched, neither side holds them alone
+    assert "aten::add" not in only_a
+    assert not [o for o in data["only_b"] if o["name"].startswith("aten::_foreach_")]
+    # the Ascend trace records a TensorList without shapes: paired, and not reported as a shape change
+    assert any(r["name"] == "aten::_foreach_add_" and r["status"] == "same" for r in rows)
     # dtype changes: only the real one (max-pool indices int64 -> int8 mask), reported once
     assert len(data["dtype_changes"]) <= 2
     pool = [d for d in data["dtype_changes"] if d["name"] == "aten::max_pool2d_with_indices_backward"]

@@ -173,7 +173,7 @@ def describe_changes(key_a, key_b) -> tuple[list, list, list]:
     for i in range(max(len(sa), len(sb))):
         x = sa[i] if i < len(sa) else None
         y = sb[i] if i < len(sb) else None
-        if x != y:
+        if x != y and not _unrecorded_list(i, x, y, da, db):
             shapes.append({"arg": i, "a": thaw(x), "b": thaw(y)})
             text.append(f"arg{i} shape {list(thaw(x)) if x is not None else '-'} -> "
                         f"{list(thaw(y)) if y is not None else '-'}")
@@ -184,6 +184,12 @@ def describe_changes(key_a, key_b) -> tuple[list, list, list]:
             dtypes.append({"arg": i, "a": x, "b": y})
             text.append(f"arg{i} dtype {x or '-'} -> {y or '-'}")
     return text, shapes, dtypes
+
+
+def _unrecorded_list(i: int, x, y, da, db) -> bool:
+    """Argument ``i`` is a tensor list one profiler recorded without its shapes (``[]``): no change to report."""
+    listed = "TensorList" in ((da[i] if da and i < len(da) else None), (db[i] if db and i < len(db) else None))
+    return listed and (not x or not y)
 
 
 def _effective(row: dict | None, on_device: bool) -> float:
@@ -215,7 +221,24 @@ def _pairable(key_a, key_b, ta, tb) -> bool:
     or dtype change); otherwise they are unrelated calls (an H2D copy is not a CPU copy)."""
     if not key_a[2] or not key_b[2]:
         return True                      # a text table without shapes
-    return _ranks(key_a) == _ranks(key_b) and ta[key_a]["parent"] == tb[key_b]["parent"]
+    return _same_ranks(key_a, key_b) and ta[key_a]["parent"] == tb[key_b]["parent"]
+
+
+def _same_ranks(key_a, key_b) -> bool:
+    """The same tensor ranks argument by argument; a tensor list one profiler recorded without its shapes (the
+    Ascend trace writes ``[]`` for a TensorList) matches any list (``_foreach_add_`` of the optimizer)."""
+    ranks_a, ranks_b = _ranks(key_a), _ranks(key_b)
+    if len(ranks_a) != len(ranks_b):
+        return False
+    dtypes_a, dtypes_b = key_a[3] or (), key_b[3] or ()
+    for i, (ra, rb) in enumerate(zip(ranks_a, ranks_b, strict=True)):
+        if ra == rb:
+            continue
+        listed = "TensorList" in (dtypes_a[i] if i < len(dtypes_a) else None,
+                                  dtypes_b[i] if i < len(dtypes_b) else None)
+        if not (listed and 0 in (ra, rb)):
+            return False
+    return True
 
 
 def match_operators(a: Profile, b: Profile, rules=None, warmup: int | None = None) -> list[OpDiff]:
@@ -257,8 +280,10 @@ def match_operators(a: Profile, b: Profile, rules=None, warmup: int | None = Non
             if candidates:
                 key_b = max(candidates, key=lambda k: (_similarity(key_a, k), tb[k]["calls"]))
                 right.remove(key_b)
-                row = _row(group[0], group[1], "changed", key_a, key_b, ta[key_a], tb[key_b], dev_a, dev_b)
-                row.changes = describe_changes(key_a, key_b)[0]
+                changes = describe_changes(key_a, key_b)[0]
+                row = _row(group[0], group[1], "changed" if changes else "same", key_a, key_b, ta[key_a], tb[key_b],
+                           dev_a, dev_b)
+                row.changes = changes
             else:
                 row = _row(group[0], group[1], "only-a", key_a, None, ta[key_a], None, dev_a, dev_b)
             rows.append(row)
