@@ -28,7 +28,7 @@ from opscope.capture.patches import Restore
 from opscope.capture.ranges import install_range_tracking
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder, disk_error_text, trace_name
 from opscope.capture.source import SourceTable, SourceTracker, UserCode
-from opscope.capture.step_writer import KEPT, STEP_END, StepJob, StepWriter, rss_mb
+from opscope.capture.step_writer import KEPT, STEP_END, StepJob, StepWriter, private_rss_mb
 from opscope.capture.user_profiler import install_script_profiler_stand_in
 
 DEFAULT_MAX_STEP_CALLS = 20000   # torch calls recorded per step; the rest runs unprofiled
@@ -654,12 +654,12 @@ class CaptureSession:
                 most[0] = max(most[0], now / 2**20)
             return most[0]
 
-        base = rss_mb() - script_mb()
+        base = private_rss_mb() - script_mb()
 
         def loop():
             while not self.done:
                 if self.prof is not None and "after_calls" not in self._unrecorded \
-                        and rss_mb() - script_mb() - base > budget:
+                        and private_rss_mb() - script_mb() - base > budget:
                     self.tracker.call_cap = self.tracker.calls_in_step + 1
                 time.sleep(0.05)
 

@@ -236,6 +236,19 @@ def rss_mb() -> float:
         return 0.0
 
 
+def private_rss_mb() -> float:
+    """Resident memory of this process that no file backs, in MB: what it allocated (Python objects, tensors,
+    the profiler's buffers), not the pages of shared libraries it maps.  A CUDA build of torch pages in hundreds
+    of MB of its libraries as a script starts using them (seen: +175 MB within a set-up's first calls on a
+    machine without a GPU); those are no capture memory.  0 where /proc is not there."""
+    try:
+        with open("/proc/self/statm") as fh:
+            fields = fh.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class CpuAllocatorBytes:
     """Live bytes of torch's CPU allocator, as its profiled-memory reporter counts them.
 
