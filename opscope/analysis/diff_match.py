@@ -230,15 +230,8 @@ def _same_ranks(key_a, key_b) -> bool:
     ranks_a, ranks_b = _ranks(key_a), _ranks(key_b)
     if len(ranks_a) != len(ranks_b):
         return False
-    dtypes_a, dtypes_b = key_a[3] or (), key_b[3] or ()
-    for i, (ra, rb) in enumerate(zip(ranks_a, ranks_b, strict=True)):
-        if ra == rb:
-            continue
-        listed = "TensorList" in (dtypes_a[i] if i < len(dtypes_a) else None,
-                                  dtypes_b[i] if i < len(dtypes_b) else None)
-        if not (listed and 0 in (ra, rb)):
-            return False
-    return True
+    return all(ra == rb or (0 in (ra, rb) and _unrecorded_list(i, key_a[2][i], key_b[2][i], key_a[3], key_b[3]))
+               for i, (ra, rb) in enumerate(zip(ranks_a, ranks_b, strict=True)))
 
 
 def match_operators(a: Profile, b: Profile, rules=None, warmup: int | None = None) -> list[OpDiff]:
