@@ -229,11 +229,8 @@ def _release_freed_memory() -> None:
 
 def rss_mb() -> float:
     """Resident memory of this process in MB (0 where /proc is not there: then every step trims)."""
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    resident, _ = _statm_pages()
+    return resident * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def private_rss_mb() -> float:
@@ -241,12 +238,18 @@ def private_rss_mb() -> float:
     the profiler's buffers), not the pages of shared libraries it maps.  A CUDA build of torch pages in hundreds
     of MB of its libraries as a script starts using them (seen: +175 MB within a set-up's first calls on a
     machine without a GPU); those are no capture memory.  0 where /proc is not there."""
+    resident, file_backed = _statm_pages()
+    return (resident - file_backed) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _statm_pages() -> tuple[int, int]:
+    """(resident, file-backed resident) pages of this process from /proc/self/statm; (0, 0) without it."""
     try:
         with open("/proc/self/statm") as fh:
             fields = fh.read().split()
-        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return int(fields[1]), int(fields[2])
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return 0, 0
 
 
 class CpuAllocatorBytes:
