@@ -15,14 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "opscope"
 MAX_LINES = 80
 
 # "path in opscope/::qualified name" -> why it is still over MAX_LINES
-ALLOWED: dict[str, str] = {
-    "analysis/npu_estimate.py::price": "being edited in parallel; split next",
-    "capture/session.py::CaptureSession._install_step_hooks": "being edited in parallel; split next",
-    "capture/source.py::SourceTracker.__torch_function__": "being edited in parallel; split next",
-    "parsers/calls.py::CallBuilder.add_thread": "being edited in parallel; split next",
-    "replay/inputs.py::build_call": "being edited in parallel; split next",
-    "report/xlsx.py::build_workbook": "being edited in parallel; split next",
-}
+ALLOWED: dict[str, str] = {}
 
 
 def function_lengths(root: Path) -> dict[str, int]:

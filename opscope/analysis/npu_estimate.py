@@ -565,6 +565,97 @@ def _fallback_transfer_us(row: dict, model: dict) -> float:
     return (moved / (gbps * 1e3) if gbps else 0.0) + float(host.get("fallback_sync_us") or 0.0)
 
 
+def _row_kernels(row: dict, family: str, model: dict) -> tuple[list[Kernel], list[Kernel], dict, bool]:
+    """The kernels a row runs on the chip family, the TransData it inserts, its alternative and whether that runs."""
+    kernels = _kernels(row.get("kernels") or [])
+    inserted = _kernels(row.get("transdata") or []) if _converts(row, family, model) else []
+    if family == "910A":
+        inserted += _kernels(row.get("transdata_910a") or [])
+    alternative = row.get("alternative") or {}
+    lacks_kernel = bool(family) and family in (alternative.get("families") or [])
+    if lacks_kernel:   # this chip lacks the kernel: the alternative decomposition runs
+        everything = _kernels(alternative.get("kernels") or [])
+        kernels = [k for k in everything if not k.inserted]
+        inserted = [k for k in everything if k.inserted]
+    return kernels, inserted, alternative, lacks_kernel
+
+
+def _unit_times(kernels: list[Kernel], n: float, figures: dict, factors: dict | None,
+                by_type: dict[str, float]) -> tuple[defaultdict[str, float], Kernel | None]:
+    """Time per unit of ``n`` calls' kernels (each kernel type's time added to ``by_type``) and the costliest kernel."""
+    units: defaultdict[str, float] = defaultdict(float)
+    costliest: tuple[float, Kernel | None] = (-1.0, None)
+    for k in kernels:
+        t = kernel_time_us(k, figures, factors) * n
+        units[k.unit] += t
+        by_type[k.type + (" (AI CPU)" if k.unit == "aicpu" else "")] += t
+        if t > costliest[0]:
+            costliest = (t, k)
+    return units, costliest[1]
+
+
+def _row_reasons(row: dict, kernels: list[Kernel], inserted: list[Kernel], transdata: float, alternative: dict,
+                 lacks_kernel: bool, model: dict) -> list[dict]:
+    """The row's reasons on this chip: the basis's own, less or plus the missing fused kernel, plus TransData."""
+    reasons = list(row.get("reasons") or [])
+    if lacks_kernel:   # the fused kernel's own rules do not apply
+        reasons = [r for r in reasons if not (r["kind"] == "alignment" and "attention" in r["text"])]
+        reasons.append({"kind": "no-fused-kernel", "text": f"{alternative.get('why') or 'no fused kernel here'} "
+                        f"({', '.join(dict.fromkeys(k.type for k in kernels))})", "fix": ""})
+    if inserted and transdata > 0:
+        reasons.append({"kind": "transdata", "text": f"{len(inserted)} TransData per call "
+                        f"({', '.join(k.note for k in inserted[:3])}{'...' if len(inserted) > 3 else ''})",
+                        "fix": (model.get("transdata") or {}).get("fix", "")})
+    return reasons
+
+
+def _price_row(row: dict, family: str, figures: dict, factors: dict | None, model: dict, launch_us: float,
+               totals: dict[str, float], by_type: dict[str, float]) -> dict:
+    """One basis row priced on the chip (its times added to ``totals`` and ``by_type``) as an "operator" row."""
+    n = float(row.get("calls_per_step") or 0)
+    kernels, inserted, alternative, lacks_kernel = _row_kernels(row, family, model)
+    units, costliest = _unit_times(kernels, n, figures, factors, by_type)
+    transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
+    by_type["TransData"] += transdata
+    host = float(row.get("launches_per_step") or 0) * launch_us
+    # what the operator weighs in the readiness score: deterministic (from shapes), so never this machine's
+    # CPU time; a CPU fallback weighs its kernel as the NPU would run it plus the copies and the sync
+    weight = sum(units.values()) + transdata
+    if row.get("fallback"):   # host time, the copies each way and the sync that waits for them
+        transfer = _fallback_transfer_us(row, model) * n
+        host += float(row.get("cpu_time_us") or 0) + transfer
+        weight += transfer
+        units = defaultdict(float)
+    device = sum(units.values()) + transdata
+    for unit, t in units.items():
+        totals[unit] += t
+    totals["transdata"] += transdata
+    totals["transdata_kernels"] += len(inserted) * n
+    totals["host"] += host
+    totals["kernels"] += len(kernels) * n
+    reasons = _row_reasons(row, kernels, inserted, transdata, alternative, lacks_kernel, model)
+    return {"kind": "operator", "operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
+            "input_shapes": row.get("input_shapes"), "dtypes": row.get("dtypes"), "phase": row.get("phase"),
+            "source": row.get("source"), "library": row.get("library"), "calls_per_step": round(n, 2),
+            "kernels": ", ".join(dict.fromkeys(k.type for k in kernels)),
+            "npu_time_us": round(device, 2), "cube_us": round(units["cube"] + units["fa"], 2),
+            "vector_us": round(units["vector"] + units["dma"], 2), "aicpu_us": round(units["aicpu"], 2),
+            "transdata_us": round(transdata, 2), "host_us": round(host, 2),
+            "reason": "; ".join(r["text"] for r in reasons),
+            "fix": next((r["fix"] for r in reasons if r.get("fix")), ""),
+            "reason_kinds": [r["kind"] for r in reasons], "weight_us": round(weight, 2),
+            "priced_by": _priced_by(costliest, figures, row, model)}
+
+
+def _calibration(model: dict, factors: dict | None, calibrated_with: str | None) -> dict:
+    """The cost model's calibration notes, plus the local scaling when the user's own profiles give ``factors``."""
+    calibration = dict(model.get("calibration") or {})
+    if factors:
+        calibration["local"] = (f"scaled by your own profiles ({calibrated_with or 'opscope calibrate'}): "
+                                + ", ".join(f"{unit} x{f:.2f}" for unit, f in sorted(factors.items())))
+    return calibration
+
+
 def price(basis: dict, chip: str | None = None, factors: dict | None = None,
           world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> dict:
     """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
@@ -572,67 +663,10 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     name, figures = resolve_chip(chip)
     family = figures.get("family", "")
     launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
-    rows: list[dict] = []
     totals: dict[str, float] = defaultdict(float)
     by_type: dict[str, float] = defaultdict(float)
-    for row in basis.get("rows") or []:
-        n = float(row.get("calls_per_step") or 0)
-        kernels = _kernels(row.get("kernels") or [])
-        inserted = _kernels(row.get("transdata") or []) if _converts(row, family, model) else []
-        if family == "910A":
-            inserted += _kernels(row.get("transdata_910a") or [])
-        alternative = row.get("alternative") or {}
-        lacks_kernel = bool(family) and family in (alternative.get("families") or [])
-        if lacks_kernel:   # this chip lacks the kernel: the alternative decomposition runs
-            everything = _kernels(alternative.get("kernels") or [])
-            kernels = [k for k in everything if not k.inserted]
-            inserted = [k for k in everything if k.inserted]
-        units: dict[str, float] = defaultdict(float)
-        costliest: tuple[float, Kernel | None] = (-1.0, None)
-        for k in kernels:
-            t = kernel_time_us(k, figures, factors) * n
-            units[k.unit] += t
-            by_type[k.type + (" (AI CPU)" if k.unit == "aicpu" else "")] += t
-            if t > costliest[0]:
-                costliest = (t, k)
-        transdata = sum(kernel_time_us(k, figures, factors) for k in inserted) * n
-        by_type["TransData"] += transdata
-        host = float(row.get("launches_per_step") or 0) * launch_us
-        # what the operator weighs in the readiness score: deterministic (from shapes), so never this machine's
-        # CPU time; a CPU fallback weighs its kernel as the NPU would run it plus the copies and the sync
-        weight = sum(units.values()) + transdata
-        if row.get("fallback"):   # host time, the copies each way and the sync that waits for them
-            transfer = _fallback_transfer_us(row, model) * n
-            host += float(row.get("cpu_time_us") or 0) + transfer
-            weight += transfer
-            units = defaultdict(float)
-        device = sum(units.values()) + transdata
-        for unit, t in units.items():
-            totals[unit] += t
-        totals["transdata"] += transdata
-        totals["transdata_kernels"] += len(inserted) * n
-        totals["host"] += host
-        totals["kernels"] += len(kernels) * n
-        reasons = list(row.get("reasons") or [])
-        if lacks_kernel:   # the fused kernel's own rules do not apply
-            reasons = [r for r in reasons if not (r["kind"] == "alignment" and "attention" in r["text"])]
-            reasons.append({"kind": "no-fused-kernel", "text": f"{alternative.get('why') or 'no fused kernel here'} "
-                            f"({', '.join(dict.fromkeys(k.type for k in kernels))})", "fix": ""})
-        if inserted and transdata > 0:
-            reasons.append({"kind": "transdata", "text": f"{len(inserted)} TransData per call "
-                            f"({', '.join(k.note for k in inserted[:3])}{'...' if len(inserted) > 3 else ''})",
-                            "fix": (model.get("transdata") or {}).get("fix", "")})
-        rows.append({"kind": "operator", "operator": row["name"] + (f".{row['overload']}" if row.get("overload") else ""),
-                     "input_shapes": row.get("input_shapes"), "dtypes": row.get("dtypes"), "phase": row.get("phase"),
-                     "source": row.get("source"), "library": row.get("library"), "calls_per_step": round(n, 2),
-                     "kernels": ", ".join(dict.fromkeys(k.type for k in kernels)),
-                     "npu_time_us": round(device, 2), "cube_us": round(units["cube"] + units["fa"], 2),
-                     "vector_us": round(units["vector"] + units["dma"], 2), "aicpu_us": round(units["aicpu"], 2),
-                     "transdata_us": round(transdata, 2), "host_us": round(host, 2),
-                     "reason": "; ".join(r["text"] for r in reasons),
-                     "fix": next((r["fix"] for r in reasons if r.get("fix")), ""),
-                     "reason_kinds": [r["kind"] for r in reasons], "weight_us": round(weight, 2),
-                     "priced_by": _priced_by(costliest[1], figures, row, model)})
+    rows: list[dict] = [_price_row(row, family, figures, factors, model, launch_us, totals, by_type)
+                        for row in basis.get("rows") or []]
     foreach = basis.get("foreach_launches") or []
     totals["host"] += len(foreach) * launch_us
     fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
@@ -641,13 +675,9 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
     step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
-    calibration = dict(model.get("calibration") or {})
-    if factors:
-        calibration["local"] = (f"scaled by your own profiles ({calibrated_with or 'opscope calibrate'}): "
-                                + ", ".join(f"{unit} x{f:.2f}" for unit, f in sorted(factors.items())))
     return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
             "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
-            "calibration": calibration, "factors": factors or None, "basis": basis,
+            "calibration": _calibration(model, factors, calibrated_with), "factors": factors or None, "basis": basis,
             "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
 
 

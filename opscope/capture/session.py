@@ -407,9 +407,16 @@ class CaptureSession:
             self._write_error = (str(path), disk_error_text(exc))
 
     # -- step markers ----------------------------------------------------------------
-    # above complexity 15: one hook closure per step marker (forward, backward, optimizer)
-    def _install_step_hooks(self) -> None:  # noqa: C901
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    def _install_step_hooks(self) -> None:
+        """Hooks that mark steps and phases: the optimizer's step, top-level modules' forward, autograd's
+        backward, and the AMP grad scaler."""
+        self._install_optimizer_hooks()
+        self._install_module_hooks()
+        self._install_backward_hook()
+        self._install_scaler_phases()
+
+    def _install_optimizer_hooks(self) -> None:
+        """Every optimizer: seen (device memory of its state), its step a phase and possibly the step's end."""
         from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         session = self
         orig_opt_init = Optimizer.__init__
@@ -449,6 +456,11 @@ class CaptureSession:
         self._hooks.append(register_optimizer_step_pre_hook(pre))
         self._hooks.append(register_optimizer_step_post_hook(post))
 
+    def _install_module_hooks(self) -> None:
+        """Top-level modules' forward: the end of set-up and of the update, iteration boundaries."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        session = self
+
         def fwd_pre(module, args):
             if session.module_depth == 0:
                 if session.optimizer_seen and session._is_training_forward(module):
@@ -472,6 +484,10 @@ class CaptureSession:
 
         self._hooks.append(register_module_forward_pre_hook(fwd_pre))
         self._hooks.append(register_module_forward_hook(fwd_post))
+
+    def _install_backward_hook(self) -> None:
+        """``torch.autograd.backward``: the backward phase, and update work after it."""
+        session = self
         orig_autograd_backward = torch.autograd.backward
 
         def autograd_backward(*args, **kwargs):
@@ -490,7 +506,6 @@ class CaptureSession:
 
         torch.autograd.backward = autograd_backward
         self._hooks.append(Restore(torch.autograd, "backward", orig_autograd_backward))
-        self._install_scaler_phases()
 
     # -- phases by what runs -------------------------------------------------------------
     @contextlib.contextmanager

@@ -368,8 +368,7 @@ class SourceTracker(TorchFunctionMode):
         return data
 
     # -- the hook ----------------------------------------------------------------
-    # above complexity 15: runs on every torch call: its early returns stay in one function
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: C901
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = _NO_KWARGS
         if _IN_FORK[0]:
@@ -402,68 +401,14 @@ class SourceTracker(TorchFunctionMode):
         if self.calls_in_step == self.call_cap and self.on_call_cap is not None:
             self.on_call_cap()
         where, importing, library = self._where()
-        if self.loading is not None and fname in _SHAPE_SETTERS and (library or where):
-            # a collate function padding the batch: the loader's root cause names this call
-            setter, calls = f"{fname} at {library or where}", self.origin_meta[self.loading][3]
-            if setter not in calls:
-                calls.add(setter)
-                self.changed_origins.add(self.loading)
-        # origins: every origin among the tensor inputs (by tensor identity); the host calls that made them
-        origins: frozenset = frozenset()
-        has_tensors = False
-        host_calls = None
-        on_device = moved or _is_accel(kwargs.get("device"))
-        tensors = args if _plain_tensors(args) else iter_tensors(args)
-        if kwargs:
-            tensors = itertools.chain(tensors, iter_tensors(kwargs))
-        for t in tensors:
-            if type(t) is not _Tensor and not isinstance(t, _Tensor):
-                continue   # a plain argument of a flat call
-            has_tensors = True
-            o = getattr(t, "_opscope_origins", None)
-            if o:
-                origins = origins | o
-            if not on_device:
-                # (is_cpu: what device.type == "cpu" says, without building a device object per tensor)
-                if not t.is_cpu or getattr(t, "_opscope_dev", False):
-                    on_device = True
-                else:
-                    host = getattr(t, "_opscope_host_call", None)
-                    if host is not None:
-                        if host_calls is None:
-                            host_calls = {host}
-                        else:
-                            host_calls.add(host)
-        kind, at = None, where
-        if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
-            kind = "data-dependent-output"
-        elif self.host_values and (synced := _host_value_in(args, kwargs, self.host_values)) is not None:
-            kind, at = "host-sync", synced
-        elif not has_tensors:
-            kind = "factory"
-        elif fname in _SIZED:
-            kind = _SIZED[fname]
-        oid = None
-        # inside a DataLoader's next() (the dataset, the collate function) the batch as a whole is
-        # the origin: a collate function's padding or torch.tensor() is fixed at the DataLoader
-        if kind is not None and where is not None and self.loading is None:
-            parents = () if kind in ("host-sync", "factory") else origins
-            assert at is not None   # `where` or the synced value's line, both checked above
-            oid = self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
-                               else fname, library if at == where else None)
-        # the operators of this call: sized by its inputs, by the origin it creates (a factory,
-        # a view or slice sizes its own kernels; a data-dependent op's kernels and backward
-        # follow its output size) and, inside a DataLoader's next(), by the batch
-        annotated = origins
-        if oid is not None:
-            annotated = annotated | {oid}
-        if self.loading is not None:
-            annotated = annotated | {self.loading}
-        newest = self.origin_meta[max(annotated)] if annotated else None
+        if self.loading is not None and fname in _SHAPE_SETTERS and (setter_at := library or where):
+            self._note_collate_setter(fname, setter_at, self.loading)
+        origins, has_tensors, on_device, host_calls = _tensor_inputs(
+            args, kwargs, moved or _is_accel(kwargs.get("device")))
+        kind, at = self._kind_of(fname, args, kwargs, where, has_tensors)
+        oid = self._new_origin(fname, kind, at, where, origins, library) if kind is not None else None
         device = "device" if on_device else ("import" if importing else "host")
-        triple = (where, newest[0] if newest else None, newest[1] if newest else None, device,
-                  tuple(sorted(annotated)), library)
-        idx = self.table.intern(triple)
+        idx = self._label(where, origins, oid, device, library)
         if _RecordFunction is not None:
             with _RecordFunction(self.table.labels[idx]):
                 out = func(*args, **kwargs)
@@ -472,7 +417,58 @@ class SourceTracker(TorchFunctionMode):
                 out = func(*args, **kwargs)
         # the output tensors, once: a lone tensor (most calls) without the nested walk
         outs = (out,) if type(out) is _Tensor else tuple(iter_tensors(out))
-        if on_device and self.remapper is not None:
+        self._note_outputs(fname, args, out, outs, device, host_calls, idx, where)
+        if where is None or (kind is None and not origins):
+            return out
+        _tag_origins(args, outs, origins | self._produced(oid, out) if oid is not None else origins, kind)
+        return out
+
+    def _note_collate_setter(self, fname: str, at: str, loading: int) -> None:
+        """A collate function padding the batch: the loader's root cause names this call."""
+        setter, calls = f"{fname} at {at}", self.origin_meta[loading][3]
+        if setter not in calls:
+            calls.add(setter)
+            self.changed_origins.add(loading)
+
+    def _new_origin(self, fname: str, kind: str, at, where, origins: frozenset, library) -> int | None:
+        """The origin this call creates, or None inside a DataLoader's next() (the dataset, the collate
+        function), where the batch as a whole is the origin: a collate function's padding or torch.tensor()
+        is fixed at the DataLoader."""
+        if where is None or self.loading is not None:
+            return None
+        parents = () if kind in ("host-sync", "factory") else origins
+        assert at is not None   # `where` or the synced value's line, both checked by _kind_of
+        return self._origin(at, kind, parents, PYTHON_TO_ATEN.get(fname, fname) if kind == "data-dependent-output"
+                            else fname, library if at == where else None)
+
+    def _kind_of(self, fname: str, args, kwargs, where, has_tensors: bool) -> tuple:
+        """``(kind, line)``: whether this call creates an origin of shapes (a factory, a data-dependent
+        output, a value read back from the device, a sized view) and the line that names it."""
+        if fname in _DATA_DEPENDENT or (fname == "__getitem__" and len(args) > 1 and _has_bool_index(args[1])):
+            return "data-dependent-output", where
+        if self.host_values and (synced := _host_value_in(args, kwargs, self.host_values)) is not None:
+            return "host-sync", synced
+        if not has_tensors:
+            return "factory", where
+        return _SIZED.get(fname), where
+
+    def _label(self, where, origins: frozenset, oid, device: str, library) -> int:
+        """The source-table entry of this call's operators: sized by its inputs, by the origin it creates
+        (a factory, a view or slice sizes its own kernels; a data-dependent op's kernels and backward follow
+        its output size) and, inside a DataLoader's next(), by the batch."""
+        annotated = origins
+        if oid is not None:
+            annotated = annotated | {oid}
+        if self.loading is not None:
+            annotated = annotated | {self.loading}
+        newest = self.origin_meta[max(annotated)] if annotated else None
+        triple = (where, newest[0] if newest else None, newest[1] if newest else None, device,
+                  tuple(sorted(annotated)), library)
+        return self.table.intern(triple)
+
+    def _note_outputs(self, fname: str, args, out, outs: tuple, device: str, host_calls, idx: int, where) -> None:
+        """What the outputs tell: they are on the device, moved there, host work, or a value read back."""
+        if device == "device" and self.remapper is not None:
             for t in outs:
                 try:
                     t._opscope_dev = True
@@ -482,29 +478,56 @@ class SourceTracker(TorchFunctionMode):
             self._moved_to_device(args, outs)
         if device == "host":
             self._note_host_work(host_calls, outs, idx)
-        if fname in _HOST_SYNC and where and self.user_code.display(sys._getframe(1).f_code.co_filename):
+        if fname in _HOST_SYNC and where and self.user_code.display(sys._getframe(2).f_code.co_filename):
             # only a value the user's own line reads back (not library bookkeeping)
             for value in (out if isinstance(out, list) else [out]):
                 if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     self.host_values[value] = where
-        if where is None or (kind is None and not origins):
-            return out
-        if oid is not None:
-            out_origins = origins | self._produced(oid, out)
-        else:
-            out_origins = origins
-        first = args[0] if args else None
-        for t in outs:
-            if t is first and kind is None and getattr(t, "_opscope_origins", None):
-                continue  # an in-place op keeps its tensor's shape and origins
-            try:
-                t._opscope_origins = out_origins
-            except Exception:
-                pass
-        return out
 
 
 _NO_KWARGS: dict = {}   # shared, never written: a call without keyword arguments allocates none
+
+
+def _tensor_inputs(args: tuple, kwargs: dict, on_device: bool) -> tuple:
+    """``(origins, has_tensors, on_device, host_calls)`` of a call's tensor inputs: every origin among
+    them (by tensor identity), whether any is on the device, and the host calls that made the host ones."""
+    origins: frozenset = frozenset()
+    has_tensors = False
+    host_calls = None
+    tensors = args if _plain_tensors(args) else iter_tensors(args)
+    if kwargs:
+        tensors = itertools.chain(tensors, iter_tensors(kwargs))
+    for t in tensors:
+        if type(t) is not _Tensor and not isinstance(t, _Tensor):
+            continue   # a plain argument of a flat call
+        has_tensors = True
+        o = getattr(t, "_opscope_origins", None)
+        if o:
+            origins = origins | o
+        if not on_device:
+            # (is_cpu: what device.type == "cpu" says, without building a device object per tensor)
+            if not t.is_cpu or getattr(t, "_opscope_dev", False):
+                on_device = True
+            else:
+                host = getattr(t, "_opscope_host_call", None)
+                if host is not None:
+                    if host_calls is None:
+                        host_calls = {host}
+                    else:
+                        host_calls.add(host)
+    return origins, has_tensors, on_device, host_calls
+
+
+def _tag_origins(args: tuple, outs: tuple, out_origins: frozenset, kind) -> None:
+    """The outputs carry the origins of their shapes; an in-place op keeps its tensor's."""
+    first = args[0] if args else None
+    for t in outs:
+        if t is first and kind is None and getattr(t, "_opscope_origins", None):
+            continue  # an in-place op keeps its tensor's shape and origins
+        try:
+            t._opscope_origins = out_origins
+        except Exception:
+            pass
 
 
 def _plain_tensors(args: tuple) -> bool:

@@ -66,6 +66,18 @@ class Reading:
     fallback_child: Callable[[str], bool] | None = None   # a child that is evidence of a CPU fallback
 
 
+class _KindCache(dict):
+    """Record name -> its kind, each name classified once (on first lookup)."""
+
+    def __init__(self, classify: Callable[[str], int]):
+        super().__init__()
+        self.classify = classify
+
+    def __missing__(self, name: str) -> int:
+        kind = self[name] = self.classify(name)
+        return kind
+
+
 class CallBuilder:
     """Feed each thread's records (``add_thread``), ``close``, charge device time (``charge``), ``finish``."""
 
@@ -83,27 +95,20 @@ class CallBuilder:
         self.windows: list = []                   # (start, end, step) of step ranges
         self.steps: dict[int, Step] = {}
         self.fallback: defaultdict[int, set] = defaultdict(set)  # call index -> fallback evidence names
-        self._kinds: dict[str, int] = {}
+        self._kinds = _KindCache(reading.classify)
         self._seq_source: dict[int, tuple] = {}
         self._pending_backward: list[tuple[OpCall, int]] = []
 
-    # above complexity 15: one pass over every kind of host event, kept inline for the live path's speed
-    def add_thread(self, records: list, thread: int, thread_key: Any = None,  # noqa: C901
+    def add_thread(self, records: list, thread: int, thread_key: Any = None,
                    default_phase: str | None = None) -> None:
         """Nest one thread's records (sorted here by start, longest first) into OpCalls.
 
         ``records`` is consumed: each is dropped once read, so what it holds (a live profiler
         event) can be freed while the rest of the step is built."""
         reading = self.reading
-        classify, kinds = reading.classify, self._kinds
-        details, phase_of, step_of = reading.details, reading.phase_of, reading.step_of
-        per_us, eps = reading.per_us, reading.eps
-        fold_all, fold_orphans, label = reading.fold_all, reading.fold_orphans, reading.private_label
-        fallback_child = reading.fallback_child
-        backward_sources = reading.backward_sources
-        calls, parent_of, by_corr, launch_owner = self.calls, self.parent_of, self.by_corr, self.launch_owner
-        table, steps = self.table, self.steps
-        seq_source, pending = self._seq_source, self._pending_backward
+        kinds = self._kinds
+        eps, fold_all = reading.eps, reading.fold_all
+        table = self.table
         thread_index = self.thread_index
         starts: list = []
         ends: list = []
@@ -114,7 +119,7 @@ class CallBuilder:
         stack: list[tuple] = []
         for i, rec in enumerate(records):
             records[i] = None   # consumed (see above)
-            start, dur, name, seq, corr = rec[0], rec[1], rec[2], rec[3], rec[4]
+            start, dur, name, corr = rec[0], rec[1], rec[2], rec[4]
             end = start + dur
             if eps is None:
                 while stack and stack[-1][0] <= start:
@@ -128,9 +133,7 @@ class CallBuilder:
             else:
                 owner, ann, ph, step, bw_seq, folded = None, None, default_phase, rec[5], None, False
                 ctx = (owner, ann, ph, step, bw_seq, folded)
-            kind = kinds.get(name)
-            if kind is None:
-                kind = kinds[name] = classify(name)
+            kind = kinds[name]
             if fold_all and (folded or (kind == MARK and owner is not None)):
                 kind = PRIVATE      # an annotation inside an operator is that operator's detail
             if kind == TABLE:
@@ -144,78 +147,14 @@ class CallBuilder:
                 # (a value read under a phase range), and what follows it is the job's work again
                 ctx = (owner, ann, ph, step, bw_seq, folded or owner is not None)
             elif kind == MARK:
-                if corr is not None:
-                    if type(corr) is Launch:   # e.g. cudaLaunchKernel: its kernel is this op's
-                        if owner is not None:
-                            launch_owner[corr.correlation] = owner
-                        if corr.linked:
-                            self.launch_link[corr.correlation] = corr.linked
-                    elif owner is not None:    # an annotation inside an operator: what it launches is the op's
-                        by_corr[corr] = owner
-                phase = phase_of(name)
-                if phase is not None:
-                    ph = phase
-                    if phase == "backward":
-                        bw_seq = seq
-                if step_of is not None:
-                    step_no = step_of(name)
-                    if step_no is not None:
-                        step = step_no
-                        self.windows.append((start, end, step_no))
-                        steps.setdefault(step_no, Step(index=step_no)).duration_us += dur / per_us
-                ctx = (owner, ann, ph, step, bw_seq, folded)
+                ctx = self._enter_mark(rec, ctx)
             elif folded and not fold_all:
                 # an operator inside a folded kernel: its time is already in the owner, and so is what it launches
-                if owner is not None and corr is not None:
-                    by_corr[corr] = owner
+                self._owns_launches(owner, corr)
             elif kind == PRIVATE:
-                if owner is not None and corr is not None:
-                    by_corr[corr] = owner
-                if owner is not None:
-                    children = calls[owner].children
-                    child = label.format(name)
-                    if child not in children:
-                        children.append(child)
-                    if fallback_child is not None and fallback_child(name):
-                        self.fallback[owner].add(name)
-                if owner is not None or fold_orphans:
-                    ctx = (owner, ann, ph, step, bw_seq, True)
+                ctx = self._enter_private(name, corr, ctx)
             else:
-                phase = ph or "forward"
-                if ann is not None and ann[3] == HOST_BATCH:
-                    phase = "other"     # host work whose result the script then moved to the device
-                shapes, dtypes, scalars, source = details(rec)
-                op = OpCall(
-                    name=name, input_shapes=shapes, dtypes=dtypes, scalars=scalars,
-                    self_time_us=dur / per_us, total_time_us=dur / per_us, phase=phase,
-                    parent=calls[owner].name if owner is not None else None,
-                    source=ann[0] if ann else source,
-                    origin=ann[1] if ann else None,
-                    origin_cause=ann[2] if ann else None,
-                    device=ann[3] if ann else HOST,
-                    origins=list(ann[4]) if ann and len(ann) > 4 else [],
-                    library=ann[5] if ann and len(ann) > 5 else None,
-                    step=step or 0, thread=thread, seq_nr=seq, start_us=start / per_us)
-                if owner is not None:
-                    parent = calls[owner]
-                    parent.self_time_us -= op.total_time_us
-                    if name not in parent.children:
-                        parent.children.append(name)
-                if backward_sources:
-                    if phase == "forward" and seq >= 0 and op.source:
-                        # ops that create no autograd node also record the *current* sequence number;
-                        # the node's creator is the last op recorded with it, so later ones win
-                        seq_source[seq] = (op.source, op.origin, op.origin_cause, op.device, op.origins,
-                                           op.library)
-                    if phase == "backward" and bw_seq is not None:
-                        pending.append((op, bw_seq))
-                if corr is not None:
-                    by_corr[corr] = len(calls)
-                parent_of.append(owner if owner is not None else -1)
-                calls.append(op)
-                if step and step_of is not None:
-                    steps.setdefault(step, Step(index=step)).op_calls += 1
-                ctx = (len(calls) - 1, ann, ph, step, bw_seq, False)
+                ctx = self._add_operator(rec, thread, ctx)
             stack.append((end, ctx))
             if thread_index is not None:
                 starts.append(start)
@@ -223,6 +162,95 @@ class CallBuilder:
                 owners.append(ctx[0])
         if thread_index is not None:
             thread_index[thread_key] = (starts, ends, owners)
+
+    def _enter_mark(self, rec, ctx: tuple) -> tuple:
+        """A mark range (a launch, a phase, a step): what it tells the ranges nested in it."""
+        owner, ann, ph, step, bw_seq, folded = ctx
+        start, dur, name, seq, corr = rec[0], rec[1], rec[2], rec[3], rec[4]
+        reading = self.reading
+        if corr is not None:
+            if type(corr) is Launch:   # e.g. cudaLaunchKernel: its kernel is this op's
+                if owner is not None:
+                    self.launch_owner[corr.correlation] = owner
+                if corr.linked:
+                    self.launch_link[corr.correlation] = corr.linked
+            elif owner is not None:    # an annotation inside an operator: what it launches is the op's
+                self.by_corr[corr] = owner
+        phase = reading.phase_of(name)
+        if phase is not None:
+            ph = phase
+            if phase == "backward":
+                bw_seq = seq
+        step_of = reading.step_of
+        if step_of is not None:
+            step_no = step_of(name)
+            if step_no is not None:
+                step = step_no
+                self.windows.append((start, start + dur, step_no))
+                self.steps.setdefault(step_no, Step(index=step_no)).duration_us += dur / reading.per_us
+        return (owner, ann, ph, step, bw_seq, folded)
+
+    def _owns_launches(self, owner: int | None, corr) -> None:
+        """What a range inside operator ``owner`` launches (its host-space id ``corr``) is the operator's."""
+        if owner is not None and corr is not None:
+            self.by_corr[corr] = owner
+
+    def _enter_private(self, name: str, corr, ctx: tuple) -> tuple:
+        """A backend-private kernel: a detail of the operator it runs in (its child, its launches)."""
+        owner = ctx[0]
+        reading = self.reading
+        self._owns_launches(owner, corr)
+        if owner is not None:
+            children = self.calls[owner].children
+            child = reading.private_label.format(name)
+            if child not in children:
+                children.append(child)
+            if reading.fallback_child is not None and reading.fallback_child(name):
+                self.fallback[owner].add(name)
+        if owner is not None or reading.fold_orphans:
+            return ctx[:5] + (True,)
+        return ctx
+
+    def _add_operator(self, rec, thread: int, ctx: tuple) -> tuple:
+        """An operator range: a new OpCall, nested in its owner, its step and its backward's source."""
+        owner, ann, ph, step, bw_seq, _ = ctx
+        start, dur, name, seq, corr = rec[0], rec[1], rec[2], rec[3], rec[4]
+        reading, calls = self.reading, self.calls
+        per_us = reading.per_us
+        phase = ph or "forward"
+        if ann is not None and ann[3] == HOST_BATCH:
+            phase = "other"     # host work whose result the script then moved to the device
+        shapes, dtypes, scalars, source = reading.details(rec)
+        op = OpCall(
+            name=name, input_shapes=shapes, dtypes=dtypes, scalars=scalars,
+            self_time_us=dur / per_us, total_time_us=dur / per_us, phase=phase,
+            parent=calls[owner].name if owner is not None else None,
+            source=ann[0] if ann else source,
+            origin=ann[1] if ann else None,
+            origin_cause=ann[2] if ann else None,
+            device=ann[3] if ann else HOST,
+            origins=list(ann[4]) if ann and len(ann) > 4 else [],
+            library=ann[5] if ann and len(ann) > 5 else None,
+            step=step or 0, thread=thread, seq_nr=seq, start_us=start / per_us)
+        if owner is not None:
+            parent = calls[owner]
+            parent.self_time_us -= op.total_time_us
+            if name not in parent.children:
+                parent.children.append(name)
+        if reading.backward_sources:
+            if phase == "forward" and seq >= 0 and op.source:
+                # ops that create no autograd node also record the *current* sequence number;
+                # the node's creator is the last op recorded with it, so later ones win
+                self._seq_source[seq] = (op.source, op.origin, op.origin_cause, op.device, op.origins, op.library)
+            if phase == "backward" and bw_seq is not None:
+                self._pending_backward.append((op, bw_seq))
+        if corr is not None:
+            self.by_corr[corr] = len(calls)
+        self.parent_of.append(owner if owner is not None else -1)
+        calls.append(op)
+        if step and reading.step_of is not None:
+            self.steps.setdefault(step, Step(index=step)).op_calls += 1
+        return (len(calls) - 1, ann, ph, step, bw_seq, False)
 
     def owner_of_device(self, correlation, linked=None) -> int | None:
         """The operator that launched a device task (kernel, copy, memset), or None.

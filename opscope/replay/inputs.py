@@ -370,14 +370,8 @@ def _default_int_high(shapes: list, dtypes: list, index: int, standards: dict) -
     return max(1, min(dims)) if dims else fallback
 
 
-# above complexity 15: one branch per argument kind of an ATen schema
-def build_call(op, source=None, standards: dict | None = None, max_elements: int | None = None) -> Call:  # noqa: C901
-    """Turn a captured signature (an ``Operator`` or anything with its fields) into a Call.
-
-    Raises NotReplayable with the reason when it cannot or should not be replayed.
-    """
-    import torch
-    standards = standards or load_standards()
+def _replayable_signature(op, standards: dict) -> tuple[list, list, list, torch._C.FunctionSchema]:
+    """Recorded dtypes, padded shapes and scalars, and the schema; NotReplayable if skipped or a tensor list."""
     name = op.name
     reason = skip_reason(name, None, standards)
     if reason:
@@ -391,6 +385,100 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
         raise NotReplayable(reason)
     if "TensorList" in dtypes:
         raise NotReplayable("tensor-list argument; the profiler does not record the list's tensor shapes")
+    return dtypes, shapes, scalars, schema
+
+
+def _check_size(shapes: list, dtypes: list, max_elements: int | None) -> None:
+    """NotReplayable when the tensor inputs hold more than ``max_elements`` elements in all."""
+    total = sum(_numel(s) for s, k in zip(shapes, dtypes, strict=False) if is_tensor_kind(k))
+    if max_elements and total > max_elements:
+        raise NotReplayable(f"inputs have {total:,} elements, over --max-elements {max_elements:,} "
+                            "(the float64 CPU oracle needs 8 bytes each)")
+
+
+@dataclass
+class _Signature:
+    """What every argument of one call is built from: the recorded signature and the input rules."""
+    base: str
+    dtypes: list
+    shapes: list
+    scalars: list
+    key: str
+    standards: dict
+    source: SyntheticTensors | DumpedTensors
+    positive_ops: set
+    nonzero_ops: set
+    positive_args: set
+    built: dict = field(default_factory=dict)   # argument position -> value, for arguments derived from earlier ones
+
+
+def _tensor_request(arg, index: int, dtype, sig: _Signature) -> TensorRequest:
+    """What tensor argument ``index`` must look like: its shape and dtype, an integer range or a value domain."""
+    import torch
+    request = TensorRequest(index, arg.name, tuple(int(d) for d in (sig.shapes[index] or [])), dtype)
+    if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+        expr = _int_range_expr(sig.base, index, sig.standards)
+        request.low = 0
+        request.high = (_eval_high(expr, sig.shapes, sig.scalars) if expr
+                        else _default_int_high(sig.shapes, sig.dtypes, index, sig.standards))
+    elif arg.name in sig.positive_args or sig.base in sig.positive_ops:
+        request.domain = "positive"
+    elif sig.base in sig.nonzero_ops:
+        request.domain = "nonzero"
+    return request
+
+
+def _tensor_value(arg, index: int, sig: _Signature):
+    """A tensor argument's value from the source, reshaped by the op's rules (mask ones, offsets, unique, derived)."""
+    import torch
+    kind = sig.dtypes[index]
+    dtype = torch_dtype(kind)
+    if dtype is None:
+        raise NotReplayable(f"argument {arg.name} has dtype {kind}, which opscope cannot build")
+    request = _tensor_request(arg, index, dtype, sig)
+    base, shapes, scalars, key = sig.base, sig.shapes, sig.scalars, sig.key
+    value = sig.source.tensor(key, request)
+    ones = _mask_ones_expr(base, index, sig.standards) if dtype == torch.bool else None
+    if ones:
+        value = _mask_with_ones(value.shape, _eval_high(ones, shapes, scalars), key, index)
+    offsets = _rule(sig.standards, "offsets", base, index)
+    if offsets is not None and not dtype.is_floating_point and dtype != torch.bool:
+        value = _offsets(value, _eval_high(offsets["high"], shapes, scalars),
+                         bool(scalars[offsets["last"]]) if "last" in offsets else False, key, index)
+    along = _rule(sig.standards, "unique_along", base, index)
+    if along is not None and not dtype.is_floating_point and dtype != torch.bool:
+        value = _unique_along(value, _eval_high(along, shapes, scalars), int(request.high or 1), key, index)
+    derived = _rule(sig.standards, "derived", base, index)
+    if derived is not None:
+        value = derive_argument(derived, sig.built, shapes, scalars, request, key)
+    return value
+
+
+def _other_value(arg, kind: str, scalar, dtypes: list):
+    """A non-tensor argument's value: a default for what the profiler did not record, else the recorded scalar."""
+    if kind == "":
+        text = _type_text(arg)
+        if text.startswith("Optional["):
+            return None
+        if "Device" in text:
+            return "cpu"            # moved to the device under test by the runner
+        return arg.default_value    # e.g. gelu's str `approximate`: recorded as None
+    if scalar is None and kind in ("Scalar", "ScalarList"):
+        if not arg.has_default_value():
+            raise NotReplayable(f"argument {arg.name} was not recorded and has no default")
+        return arg.default_value
+    return _scalar_value(arg, scalar, "bool" in dtypes)
+
+
+def build_call(op, source=None, standards: dict | None = None, max_elements: int | None = None) -> Call:
+    """Turn a captured signature (an ``Operator`` or anything with its fields) into a Call.
+
+    Raises NotReplayable with the reason when it cannot or should not be replayed.
+    """
+    import torch  # noqa: F401 - replaying needs torch: fail on its absence first, before any skip reason
+    standards = standards or load_standards()
+    name = op.name
+    dtypes, shapes, scalars, schema = _replayable_signature(op, standards)
     source = source or SyntheticTensors()
     _, base = short_name(name)
     inputs = standards.get("inputs") or {}
@@ -398,64 +486,21 @@ def build_call(op, source=None, standards: dict | None = None, max_elements: int
     nonzero_ops = set(inputs.get("nonzero") or [])
     positive_args = set(inputs.get("positive_args") or [])
     key = signature_key(name, op.overload, op.input_shapes, op.dtypes)
-    total = sum(_numel(s) for s, k in zip(shapes, dtypes, strict=False) if is_tensor_kind(k))
-    if max_elements and total > max_elements:
-        raise NotReplayable(f"inputs have {total:,} elements, over --max-elements {max_elements:,} "
-                            "(the float64 CPU oracle needs 8 bytes each)")
+    _check_size(shapes, dtypes, max_elements)
+    sig = _Signature(base, dtypes, shapes, scalars, key, standards, source, positive_ops, nonzero_ops, positive_args)
     args, kwargs, tensor_args = [], {}, []
-    built: dict[int, object] = {}   # argument position -> value, for arguments derived from earlier ones
     for index, arg in enumerate(schema.arguments):
         if index < len(dtypes):
-            kind, shape, scalar = dtypes[index], shapes[index], scalars[index]
-            if is_tensor_kind(kind):
-                dtype = torch_dtype(kind)
-                if dtype is None:
-                    raise NotReplayable(f"argument {arg.name} has dtype {kind}, which opscope cannot build")
-                request = TensorRequest(index, arg.name, tuple(int(d) for d in (shape or [])), dtype)
-                if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
-                    expr = _int_range_expr(base, index, standards)
-                    request.low = 0
-                    request.high = (_eval_high(expr, shapes, scalars) if expr
-                                    else _default_int_high(shapes, dtypes, index, standards))
-                elif arg.name in positive_args or base in positive_ops:
-                    request.domain = "positive"
-                elif base in nonzero_ops:
-                    request.domain = "nonzero"
-                value = source.tensor(key, request)
-                ones = _mask_ones_expr(base, index, standards) if dtype == torch.bool else None
-                if ones:
-                    value = _mask_with_ones(value.shape, _eval_high(ones, shapes, scalars), key, index)
-                offsets = _rule(standards, "offsets", base, index)
-                if offsets is not None and not dtype.is_floating_point and dtype != torch.bool:
-                    value = _offsets(value, _eval_high(offsets["high"], shapes, scalars),
-                                     bool(scalars[offsets["last"]]) if "last" in offsets else False, key, index)
-                along = _rule(standards, "unique_along", base, index)
-                if along is not None and not dtype.is_floating_point and dtype != torch.bool:
-                    value = _unique_along(value, _eval_high(along, shapes, scalars), int(request.high or 1), key, index)
-                derived = _rule(standards, "derived", base, index)
-                if derived is not None:
-                    value = derive_argument(derived, built, shapes, scalars, request, key)
+            if is_tensor_kind(dtypes[index]):
+                value = _tensor_value(arg, index, sig)
                 tensor_args.append(arg.name)
-            elif kind == "":
-                text = _type_text(arg)
-                if text.startswith("Optional["):
-                    value = None
-                elif "Device" in text:
-                    value = "cpu"            # moved to the device under test by the runner
-                else:                        # e.g. gelu's str `approximate`: recorded as None
-                    value = arg.default_value
             else:
-                if scalar is None and kind in ("Scalar", "ScalarList"):
-                    if not arg.has_default_value():
-                        raise NotReplayable(f"argument {arg.name} was not recorded and has no default")
-                    value = arg.default_value
-                else:
-                    value = _scalar_value(arg, scalar, "bool" in dtypes)
+                value = _other_value(arg, dtypes[index], scalars[index], dtypes)
         elif arg.has_default_value():
             continue
         else:
             raise NotReplayable(f"argument {arg.name} was not recorded and has no default")
-        built[index] = value
+        sig.built[index] = value
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:

@@ -164,34 +164,33 @@ def _add_npu_estimate(wb, result: ScanResult) -> None:
         ws.column_dimensions[column].width = width
 
 
-def build_workbook(result: ScanResult):
-    """The workbook in memory (tests re-read it; write_xlsx saves it)."""
-    from openpyxl import Workbook
+def _plan_rows(result: ScanResult, plan: dict) -> list[list]:
+    """The port plan as rows: the release, why it, the chip, what must change, blockers, the install block."""
+    from opscope.report import plan_view
+    plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
+    choice = plan_view.choice_line(plan)
+    if choice:
+        plan_rows.append(["why this release", "", "", "", choice])
+    chip = plan_view.chip_line(result)
+    if chip:
+        plan_rows.append(["chip", "", "", "", chip])
+    plan_rows += [["change", *row[:3], f"{row[3]} ({row[4]})"] for row in plan_view.change_rows(plan)]
+    plan_rows += [["runs natively on no release" if row[2] == "never" else "blocks older releases", row[0], row[1],
+                   row[2], f"runs in every release from {row[3]}"] for row in plan_view.blocker_rows(plan)]
+    plan_rows += [["install", "", "", "", line] for line in plan_view.install_text(plan).splitlines()]
+    return plan_rows
 
-    wb = Workbook()
-    wb.remove(wb.active)
+
+def _add_fixes(wb, result: ScanResult) -> None:
+    """Sheet "Fixes": the ranked list of what to change, coloured by severity."""
     fixes_ws = _sheet(wb, "Fixes", FIX_HEADERS, _fix_table(result), formats={5: PERCENT},
                       verdict_col=2, fills={"error": "FFCDD2", "warning": "FFE0B2", "info": "BBDEFB"})
     for column in ("D", "G"):
         fixes_ws.column_dimensions[column].width = MAX_WIDTH
-    if result.plan:   # the port plan: the release, what must change, the install block (one line a row)
-        from opscope.report import plan_view
-        plan = result.plan
-        plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
-        choice = plan_view.choice_line(plan)
-        if choice:
-            plan_rows.append(["why this release", "", "", "", choice])
-        chip = plan_view.chip_line(result)
-        if chip:
-            plan_rows.append(["chip", "", "", "", chip])
-        plan_rows += [["change", *row[:3], f"{row[3]} ({row[4]})"] for row in plan_view.change_rows(plan)]
-        plan_rows += [["runs natively on no release" if row[2] == "never" else "blocks older releases", row[0], row[1],
-                       row[2], f"runs in every release from {row[3]}"] for row in plan_view.blocker_rows(plan)]
-        plan_rows += [["install", "", "", "", line] for line in plan_view.install_text(plan).splitlines()]
-        _sheet(wb, "Plan", ["kind", "where / operator", "package / verdict", "now / first release", "planned"],
-               plan_rows)
-    _add_npu_estimate(wb, result)
-    rows = view.operator_rows(result)
+
+
+def _add_summary(wb, result: ScanResult) -> None:
+    """Sheet "Summary": verdict, score, target, scan metadata, verdict counts, top fixes and numerics to check."""
     counts = view.verdict_counts(result)
     shares = view.verdict_time_share(result)
     score = view.readiness_score(result)
@@ -208,6 +207,9 @@ def build_workbook(result: ScanResult):
     ws = _sheet(wb, "Summary", ["item", "value", "time share"], summary, formats={2: PERCENT})
     ws.column_dimensions["B"].width = MAX_WIDTH
 
+
+def _add_operators(wb, result: ScanResult, rows: list[view.OperatorRow]) -> None:
+    """Sheets "Operators" and "Not supported", with device time columns when the scan measured them."""
     device = view.has_device_time(result)
     op_formats = {5: MS, 6: MS, 7: PERCENT} if device else {5: MS, 6: PERCENT}
     headers = DEVICE_OPERATOR_HEADERS if device else OPERATOR_HEADERS
@@ -216,6 +218,9 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Not supported", headers, _operator_table(view.not_supported_rows(rows), device),
            formats=op_formats, verdict_col=1, fills=view.VERDICT_FILLS)
 
+
+def _add_dynamic_shapes(wb, result: ScanResult) -> None:
+    """Sheet "Dynamic shapes": the root causes, then each dynamic operator."""
     dynamic = [["root cause", view.where_of(rc, result) or view.NA, view.root_cause_what(rc),
                 view.fmt_dims(rc.varying_dims),
                 ", ".join(str(o) for o in rc.ops or []), rc.source or view.NA,
@@ -225,11 +230,17 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Dynamic shapes", ["kind", "source line", "cause", "varying dims", "operators",
                                   "root cause line", "suggested fix"], dynamic)
 
+
+def _add_findings(wb, result: ScanResult) -> None:
+    """Sheet "Findings": the static scan's findings, one a row."""
     findings = [[f.severity, f.file or view.NA, f.line, f.column, f.api, f.replacement or "", f.origin,
                  int(f.count or 1), f.rule, f.message, f.snippet or ""] for f in result.findings]
     _sheet(wb, "Findings", ["severity", "file", "line", "column", "API", "replacement", "origin", "count",
                             "rule", "message", "snippet"], findings)
 
+
+def _add_substitutes(wb, rows: list[view.OperatorRow]) -> None:
+    """Sheet "Substitutes": calls and time share per operator and substitute, largest share first."""
     substitutes: dict = {}
     for r in rows:
         if r.substitute:
@@ -239,22 +250,50 @@ def build_workbook(result: ScanResult):
     _sheet(wb, "Substitutes", ["operator", "verdict", "substitute (rationale)", "calls", "time share"],
            sorted(substitutes.values(), key=lambda e: -e[4]), formats={4: PERCENT},
            verdict_col=1, fills=view.VERDICT_FILLS)
+
+
+def _add_memory_fit(wb, fit: dict) -> None:
+    """Sheet "Memory fit": peak memory per step and the NPU cards it needs, per layout."""
+    from opscope.analysis.memory_fit import GIB, basis_text, one_line
+    from opscope.analysis.memory_fit import rows as fit_rows
+    table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
+    table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
+    table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]
+    table += [["", "", None], [basis_text(fit), "", None]]
+    _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit['chip']})", "GiB per card"], table)
+
+
+def _add_fake_mode(wb, fake_mode: dict) -> None:
+    """Sheet "Fake mode": where the scan ran without real tensors and the policy that stood in for them."""
+    _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
+           [[p.get("where") or view.NA, p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
+            for p in fake_mode.get("places") or []])
+
+
+def build_workbook(result: ScanResult):
+    """The workbook in memory (tests re-read it; write_xlsx saves it)."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    wb.remove(wb.active)
+    _add_fixes(wb, result)
+    if result.plan:   # the port plan: the release, what must change, the install block (one line a row)
+        _sheet(wb, "Plan", ["kind", "where / operator", "package / verdict", "now / first release", "planned"],
+               _plan_rows(result, result.plan))
+    _add_npu_estimate(wb, result)
+    rows = view.operator_rows(result)
+    _add_summary(wb, result)
+    _add_operators(wb, result, rows)
+    _add_dynamic_shapes(wb, result)
+    _add_findings(wb, result)
+    _add_substitutes(wb, rows)
     libraries = view.third_party_rows(result)
     if libraries:
         _sheet(wb, "Third-party", view.THIRD_PARTY_HEADERS, libraries, formats={5: PERCENT})
     if result.memory_fit:   # peak memory per step and the NPU cards it needs
-        from opscope.analysis.memory_fit import GIB, basis_text, one_line
-        from opscope.analysis.memory_fit import rows as fit_rows
-        fit = result.memory_fit
-        table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
-        table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
-        table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]
-        table += [["", "", None], [basis_text(fit), "", None]]
-        _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit['chip']})", "GiB per card"], table)
+        _add_memory_fit(wb, result.memory_fit)
     if result.fake_mode is not None:
-        _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
-               [[p.get("where") or view.NA, p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
-                for p in result.fake_mode.get("places") or []])
+        _add_fake_mode(wb, result.fake_mode)
     if result.verification is not None and not result.verification.is_empty():
         _add_verification(wb, wb["Summary"], result.verification)
     return wb
