@@ -71,7 +71,7 @@ def _read_msprof(xlsx: Path) -> dict:
 
 def _opscope(base: Path, comparison: Path) -> dict:
     sys.path.insert(0, str(ROOT))
-    from opscope.analysis.diff import diff_profiles
+    from opscope.analysis.diff.profiles import diff_profiles
     from opscope.parsers import load_profile
 
     a, b = load_profile(base), load_profile(comparison)

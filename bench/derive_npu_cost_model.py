@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from opscope.analysis.npu_cost import cube_run, profile_kernels, resolve_chip
+from opscope.analysis.npu.cost import cube_run, profile_kernels, resolve_chip
 from opscope.parsers.ascend_kernels import read_kernel_details
 
 # which chip each calibration run used: its cube Block Dim (24 / 20 AI cores) names it

@@ -83,7 +83,7 @@ def cost_of_estimate(run: Path, result) -> tuple[float, float, float]:
     import time
     from types import SimpleNamespace
 
-    from opscope.analysis.npu_estimate import estimate
+    from opscope.analysis.npu.estimate import estimate
     from opscope.analysis.scan_result import build_scan_result
     from opscope.capture.store import load_capture
     from opscope.pipeline import analyse_capture
@@ -111,13 +111,13 @@ def cost_of_estimate(run: Path, result) -> tuple[float, float, float]:
 # --- leave-one-out: the cost model refitted without one profile ---
 
 def profile_csv(shared: Path, key: str) -> Path:
-    from opscope.analysis.npu_cost import FITTED_PROFILES
+    from opscope.analysis.npu.cost import FITTED_PROFILES
     return shared / PROFILES / FITTED_PROFILES[key]["path"] / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
 
 
 def fit_samples(shared: Path) -> dict[str, list]:
     """Per kernel type: (profile, chip figures, Kernel, measured us) of every launch of the fitted profiles."""
-    from opscope.analysis.npu_cost import FITTED_PROFILES, profile_kernels, resolve_chip
+    from opscope.analysis.npu.cost import FITTED_PROFILES, profile_kernels, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     per_type: dict[str, list] = defaultdict(list)
     for key, fig in FITTED_PROFILES.items():
@@ -147,7 +147,7 @@ def _vector_figures(items) -> dict:
 def _efficiencies(items, unit: str) -> dict[str, float]:
     """Median achieved fraction of the cube peak of the dtype each kernel ran in (``cube_run``) per efficiency
     key (fp32 or hf32, else `default`)."""
-    from opscope.analysis.npu_cost import cube_run
+    from opscope.analysis.npu.cost import cube_run
     floor = 12.0 if unit == "cube" else 20.0
     by_key: dict[str, list] = defaultdict(list)
     for _, chip, k, dur in items:
@@ -169,7 +169,7 @@ def default_vector_gbps(samples: dict, keys) -> float | None:
 def refit(shipped: dict, samples: dict, held_out: str) -> tuple[dict, dict]:
     """The cost model with every figure ``held_out`` contributed to re-derived from the other profiles
     (or dropped to its prior where they have no launch of that kernel type), and what changed."""
-    from opscope.analysis.npu_cost import FITTED_PROFILES, fitted_on
+    from opscope.analysis.npu.cost import FITTED_PROFILES, fitted_on
     rest = [k for k in FITTED_PROFILES if k != held_out]
     model = copy.deepcopy(shipped)
     kernels = model["kernels"]
@@ -240,7 +240,7 @@ def cost_model_as(model: dict):
 
 def kernel_check(csv_path: Path, chip_name: str) -> dict:
     """Every kernel of a kernel_details.csv predicted from its type, shapes and dtypes."""
-    from opscope.analysis.npu_cost import kernel_time_us, log2_ratio, profile_kernels, resolve_chip
+    from opscope.analysis.npu.cost import kernel_time_us, log2_ratio, profile_kernels, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     _, chip = resolve_chip(chip_name)
     logs, within, total, worst = [], 0.0, 0.0, Counter()
@@ -276,7 +276,7 @@ def alexnet_measured(shared: Path) -> dict:
 
 
 def alexnet_predicted(basis: dict, world: int) -> dict:
-    from opscope.analysis.npu_estimate import price
+    from opscope.analysis.npu.estimate import price
     est = price(basis, "Ascend910B2", world_sizes=[1, world])
     step = est["step"]
     one, many = step["per_world_size"]
@@ -294,8 +294,8 @@ def main() -> None:
     ap.add_argument("--no-cost", action="store_true", help="skip timing the estimate itself")
     args = ap.parse_args()
     shared = Path(args.shared)
-    from opscope.analysis.npu_compare import world_size
-    from opscope.analysis.npu_cost import FITTED_PROFILES, cost_model
+    from opscope.analysis.npu.compare import world_size
+    from opscope.analysis.npu.cost import FITTED_PROFILES, cost_model
     from opscope.report.json_out import read_scan_json
     run = Path(args.run) if args.run else None
     if run is None:

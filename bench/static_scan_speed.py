@@ -108,7 +108,7 @@ def make_project(root: Path, n_files: int = 500) -> Path:
 
 
 def _time_scan(path: Path) -> tuple[int, int, float]:
-    from opscope.analysis.static_scan import iter_source_files, scan_paths
+    from opscope.analysis.static.scan import iter_source_files, scan_paths
     n_files = sum(1 for p in iter_source_files([path]) if p.suffix == ".py")
     t0 = time.perf_counter()
     findings = scan_paths([path])
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--files", type=int, default=500, help="modules in the generated project")
     parser.add_argument("--no-torch", action="store_true", help="skip scanning the installed torch package")
     args = parser.parse_args(argv)
-    from opscope.analysis.static_scan import load_rules
+    from opscope.analysis.static.scan import load_rules
     load_rules()  # yaml load is a one-off start-up cost, not per-file work
     with tempfile.TemporaryDirectory() as tmp:
         root = make_project(Path(tmp) / "proj", args.files)

@@ -44,7 +44,7 @@ def reprice(run: Path, chip: str, out: Path) -> dict:
 
 
 def flags(estimate: dict, chip: str) -> list[str]:
-    from opscope.analysis.npu_cost import Kernel, resolve_chip, vector_rate
+    from opscope.analysis.npu.cost import Kernel, resolve_chip, vector_rate
     _, figures = resolve_chip(chip)
     out = []
     for row in estimate["rows"]:

@@ -31,7 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"))
     args = ap.parse_args()
-    from opscope.analysis.npu_cost import kernel_time_us, profile_kernels, resolve_chip
+    from opscope.analysis.npu.cost import kernel_time_us, profile_kernels, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     print(f"{'profile':26s}{'band':>11s}{'kernels':>9s}{'median log2(pred/meas)':>25s}{'measured ms':>13s}")
     for label, folder, chip_name in PROFILES:
@@ -56,7 +56,7 @@ def main() -> None:
 
 def chains(shared: str) -> None:
     """Type for type: GB/s of vector kernels that read what the kernel before wrote, against the others."""
-    from opscope.analysis.npu_cost import profile_kernels
+    from opscope.analysis.npu.cost import profile_kernels
     from opscope.parsers.ascend_kernels import read_kernel_details
     print(f"\n{'profile':26s}{'type':>10s}{'chained':>9s}{'GB/s':>7s}{'other':>7s}{'GB/s':>7s}{'ratio':>7s}"
           f"{'re-runs':>9s}")

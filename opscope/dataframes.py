@@ -133,7 +133,7 @@ class Run:
     @cached_property
     def memory_fit(self):
         """One row per layout (single card, ZeRO-1/2/3, tensor parallel): cards needed and GiB per card."""
-        from opscope.analysis.memory_fit import rows
+        from opscope.analysis.npu.memory_fit import rows
         fit = self.result.memory_fit
         return _frame(rows(fit) if fit else [], ["layout", "cards", "per_card_gib"])
 
@@ -224,6 +224,6 @@ def load(run_dir) -> Run:
 def load_diff(a, b, **options) -> Diff:
     """Compare two profiles as `opscope diff A B` does (opscope run folders, Chrome traces, profiler
     text tables, Ascend folders); ``options`` are diff_profiles' (label_a, label_b, warmup, batch_size, ...)."""
-    from opscope.analysis.diff import diff_profiles
+    from opscope.analysis.diff.profiles import diff_profiles
     from opscope.parsers import load_profiles
     return Diff(diff_profiles(load_profiles(a), load_profiles(b), **options))

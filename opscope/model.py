@@ -508,13 +508,13 @@ class ScanResult(_Record):
     traces: list[str] = field(default_factory=list)
     verification: Verification | None = None
     notes: list[str] = field(default_factory=list)
-    npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu_estimate
+    npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu.estimate
     fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
     memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
-    # the port plan (analysis/release_plan.py plan_for): releases that run every operator, the planned one
+    # the port plan (analysis/plan/releases.py plan_for): releases that run every operator, the planned one
     # with its torch / Python / CANN, what in the environment must change, the install block
     plan: dict | None = None
-    # third-party libraries judged (analysis/third_party.py library_rows): version here, what to install, ops
+    # third-party libraries judged (analysis/verdicts/third_party.py library_rows): version here, what to install, ops
     third_party: list | None = None
     # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):
     # the user cannot act on them, so reports lead with the library line

@@ -26,7 +26,7 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
     from opscope.capture.run_folder import RunFolder
     apply_fake(result, RunFolder(out_dir).read_fake())   # --mode fake: timings, data-dependent places, memory
     if result.memory_fit is None:   # a real scan: its steps' allocator peaks
-        from opscope.analysis.memory_fit import REAL_BASIS, memory_fit
+        from opscope.analysis.npu.memory_fit import REAL_BASIS, memory_fit
         result.memory_fit = memory_fit((capture[4] or {}).get("memory") or {}, result.settings.chip, REAL_BASIS)
     write_outputs(result, out_dir, list(formats))
     return result

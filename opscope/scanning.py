@@ -82,9 +82,9 @@ class ScanOptions:
         formats = self._check_values()
         out = Path(self.out)
         check_out(out)
-        from opscope.analysis.verdicts import resolve_target
+        from opscope.analysis.verdicts.support import resolve_target
         target = resolve_target(self.target)  # the one resolution; fails fast on an unknown torch_npu version
-        from opscope.analysis.npu_cost import resolve_chip
+        from opscope.analysis.npu.cost import resolve_chip
         chip = resolve_chip(self.chip)[0]  # and on an unknown chip
         calibration = calibration_file(self.calibration)
         launcher, world_size = self.launcher, self.world_size
@@ -361,7 +361,7 @@ def check_compiles(script: Path) -> None:
 
 def calibration_file(given: str | None) -> str | None:
     """The `opscope calibrate` file the estimate uses: --calibration, else ./opscope-calibration.json."""
-    from opscope.analysis.npu_cost import CALIBRATION_FILE, load_calibration
+    from opscope.analysis.npu.cost import CALIBRATION_FILE, load_calibration
     path = Path(given) if given else Path.cwd() / CALIBRATION_FILE
     if given and not path.is_file():
         raise UserError(f"--calibration {given}: no such file; run `opscope calibrate NPU_PROFILE -o {given}` first")

@@ -187,7 +187,7 @@ def test_every_backend_kernel_is_a_backend_only_op_of_torch_mapped_to_a_public_o
 def test_no_backend_kernel_listed_is_one_torch_npu_registers():
     """A kernel torch_npu registers itself (op-plugin: _masked_scale, _conv_depthwise2d, the fused optimizers)
     is judged by its own registration, not as another op."""
-    from opscope.analysis.verdicts import _Context
+    from opscope.analysis.verdicts.support import _Context
     from opscope.knowledge import load
     from opscope.matrix.store import load_matrix, resolve_release
     matrix = load_matrix()
@@ -217,8 +217,8 @@ def _op(name, shapes, dtypes=None, phase="forward", parent=None, scalars=None, c
 
 
 def _judged_and_priced(ops, chip="910B2", steps=(1, 2)):
-    from opscope.analysis.npu_estimate import build_basis, price
-    from opscope.analysis.verdicts import assign_verdicts
+    from opscope.analysis.npu.estimate import build_basis, price
+    from opscope.analysis.verdicts.support import assign_verdicts
     assign_verdicts(ops, TARGET)
     basis = build_basis(ops, [Step(index=i) for i in steps])
     return ({op.name: op for op in ops}, {r["name"]: r for r in basis["rows"]},

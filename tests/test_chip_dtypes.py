@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS, load_scan, run_opscope
 
-from opscope.analysis.chip_dtypes import chip_dtype_findings
+from opscope.analysis.verdicts.chip_dtypes import chip_dtype_findings
 from opscope.errors import UserError
 from opscope.model import Operator
 
@@ -175,7 +175,7 @@ def test_report_for_another_chip_judges_its_dtypes_and_memory_again(tmp_path):
 
 
 def test_a_memory_fit_is_judged_again_for_another_chips_hbm():
-    from opscope.analysis.memory_fit import for_chip, memory_fit
+    from opscope.analysis.npu.memory_fit import for_chip, memory_fit
     gib = 2 ** 30
     record = {"steps": [{"step": 2, "bytes": 40 * gib, "phase": "backward",
                          "breakdown": {"parameters": 6 * gib, "gradients": 6 * gib, "optimizer_state": 12 * gib},
@@ -189,7 +189,7 @@ def test_a_memory_fit_is_judged_again_for_another_chips_hbm():
 
 def test_operators_that_never_run_on_the_npu_are_not_flagged():
     """A not-applicable operator (the scanning machine's own kernel inside a public one) is no dtype problem."""
-    from opscope.analysis.chip_dtypes import chip_dtype_findings
+    from opscope.analysis.verdicts.chip_dtypes import chip_dtype_findings
     from opscope.model import Operator
     inside = Operator(name="aten::mm", overload=None, input_shapes=[[8, 8], [8, 8]], dtypes=["double", "double"],
                       phase="forward", source="t.py:3", calls=2, verdict="not-applicable")

@@ -25,3 +25,21 @@ def test_the_map_names_every_package_and_folder():
     assert not missing, f"add a line for {missing} to {MAP.relative_to(ROOT)}"
     gone = sorted(name for name in named if not (ROOT / name).exists())   # and every path it names exists
     assert not gone, f"{MAP.relative_to(ROOT)} names paths that do not exist: {gone}"
+
+
+def test_every_package_is_installed():
+    """A package left out of ``[tool.setuptools] packages`` works in a checkout (``pip install -e``) and is
+    missing from a wheel: ``opscope.report.formats`` was, so a plain ``pip install .`` wrote no report."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "opscope").rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    assert found - listed == set(), f"add {sorted(found - listed)} to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_the_map_names_every_analysis_subpackage():
+    row = next(line for line in MAP.read_text().splitlines() if line.startswith("| `opscope/analysis/` |"))
+    subpackages = sorted(p.parent.name for p in (ROOT / "opscope" / "analysis").glob("*/__init__.py"))
+    assert subpackages, "opscope/analysis has no subpackages"
+    missing = [name for name in subpackages if f"`{name}/`" not in row]
+    assert not missing, f"name {missing} in the opscope/analysis/ row of {MAP.relative_to(ROOT)}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opscope.analysis.diff import diff_profiles, fallbacks_from_log
+from opscope.analysis.diff.profiles import diff_profiles, fallbacks_from_log
 from opscope.cli import main
 from opscope.parsers import load_profile, load_profiles
 
@@ -357,7 +357,7 @@ def test_batch_size_per_side_and_its_errors(capsys):
 def test_batch_size_guess_skips_tensor_list_inputs():
     """A TensorList input (a list of four shapes) is not a 4-D batch: the guess takes the real one
     (``opscope diff RUN TRACE`` of a GRU tagger crashed comparing a list with 0)."""
-    from opscope.analysis.diff_steps import batch_size_of
+    from opscope.analysis.diff.steps import batch_size_of
     from opscope.model import OpCall, Profile
     calls = [OpCall(name="aten::gru", input_shapes=[[8, 18, 16], [[48, 16], [48, 16], [48], [48]]], phase="forward"),
              OpCall(name="aten::conv2d", input_shapes=[[6, 3, 32, 32], [16, 3, 3, 3]], phase="forward")]

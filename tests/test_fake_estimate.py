@@ -48,7 +48,7 @@ def _gpt2_xl_optimizer_phase(clip: bool) -> tuple[list[Operator], int]:
 
 @pytest.mark.parametrize("clip", [True, False])
 def test_gradient_bytes_are_every_parameter_not_the_longest_list(clip):
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     ops, params = _gpt2_xl_optimizer_phase(clip)
     basis = build_basis(ops, [Step(index=1), Step(index=2)])
     assert params == 1_476_457_600   # nanoGPT prints 1,476,302,400 decayed + 155,200 non-decayed

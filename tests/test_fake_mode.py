@@ -146,7 +146,7 @@ def test_auto_chooses_fake_for_a_llama_2_7b_configuration():
 
 
 def test_memory_fit_cards_follow_the_sharding_arithmetic():
-    from opscope.analysis.memory_fit import GIB, memory_fit
+    from opscope.analysis.npu.memory_fit import GIB, memory_fit
     P, A = 25 * GIB, 40 * GIB
     step = {"bytes": 4 * P + A, "breakdown": {"parameters": P, "gradients": P, "optimizer_state": 2 * P,
                                              "activations": A},

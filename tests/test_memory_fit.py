@@ -7,7 +7,7 @@ import shutil
 import pytest
 from conftest import EXAMPLES, SCRIPTS, load_scan, run_opscope
 
-from opscope.analysis.memory_fit import memory_fit
+from opscope.analysis.npu.memory_fit import memory_fit
 from opscope.capture.device_memory import step_peak
 
 MLP = SCRIPTS / "memory_mlp_adamw.py"

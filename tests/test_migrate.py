@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from opscope.analysis.migrate import migrate_source, plan_migration, render_report
-from opscope.analysis.static_scan import scan_paths
+from opscope.analysis.static.migrate import migrate_source, plan_migration, render_report
+from opscope.analysis.static.scan import scan_paths
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "data" / "static"

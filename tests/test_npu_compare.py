@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from opscope.analysis.npu_compare import chip_and_source, compare, world_size
-from opscope.analysis.npu_cost import FITTED_PROFILES, Kernel, calibration_factors, cost_model, fitted_on
-from opscope.analysis.npu_estimate import price
+from opscope.analysis.npu.compare import chip_and_source, compare, world_size
+from opscope.analysis.npu.cost import FITTED_PROFILES, Kernel, calibration_factors, cost_model, fitted_on
+from opscope.analysis.npu.estimate import price
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -37,7 +37,7 @@ def test_chip_and_cost_model_data_load_with_their_schema_and_cite_sources():
     for source in chips["sources"]:   # every declared source is cited by at least one figure
         assert text.count(source) >= 2, source
     for op, entry in model["aten"].items():   # every ATen mapping names a pricing function
-        from opscope.analysis.npu_estimate import MODELS
+        from opscope.analysis.npu.estimate import MODELS
         assert entry["model"] in MODELS, op
 
 
@@ -63,7 +63,7 @@ def test_kernel_details_reader_matches_the_raw_csv():
 @pytest.mark.parametrize("rank", [0, 2])
 def test_llm_kernels_predicted_from_type_shapes_dtypes_within_2x(rank):
     """Rank 2 was not used to fit the cost model: a held-out check."""
-    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, resolve_chip
+    from opscope.analysis.npu.cost import kernel_from_row, kernel_time_us, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     raw = _raw(Path(LLM.format(rank)) / "kernel_details.csv")
     cube_cores = max(int(r["Block Dim"]) for r in raw if r["Accelerator Core"] == "AI_CORE")
@@ -148,7 +148,7 @@ def _alexnet_operators(batch: int = 32) -> list[Operator]:
 @needs_shared
 def test_alexnet_step_estimate_matches_the_real_npu_run():
     """Shares and totals of the 910B AlexNet b32 run, rank 0 (DDP over 2), from its raw CSVs."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     kernels = [r for r in _raw(ALEX / "kernel_details.csv") if not r["Type"].startswith("hcom_")]
     total = sum(float(r["Duration(us)"]) for r in kernels)
     cube_share = sum(float(r["Duration(us)"]) for r in kernels if r["Type"] in CUBE) / total
@@ -177,7 +177,7 @@ def _alexnet_param_shapes():
 
 
 def test_910a_prices_matmul_format_conversions_and_a_slower_chip_is_slower():
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     basis = build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])
     b2, b4, a = (price(basis, chip)["step"] for chip in ("910B2", "910B4", "910A"))
     assert b4["device_us"] > b2["device_us"]             # half the HBM bandwidth, fewer cores
@@ -291,7 +291,7 @@ def test_diff_compares_the_estimate_with_a_kernel_details_only_export(slow_scan,
 def test_calibrate_fits_unit_factors_that_later_reports_use(slow_scan, tmp_path):
     import json
 
-    from opscope.analysis.npu_cost import kernel_from_row, kernel_time_us, resolve_chip
+    from opscope.analysis.npu.cost import kernel_from_row, kernel_time_us, resolve_chip
     from opscope.parsers.ascend_kernels import read_kernel_details
     out, _ = slow_scan
     profile = Path(LLM.format(0))
@@ -345,7 +345,7 @@ def test_report_estimates_a_scan_json_written_before_the_estimate_existed(slow_s
 
 @pytest.mark.parametrize("dtype, slow", [("double", True), ("float", False), ("c10::BFloat16", False)])
 def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
-    from opscope.analysis.npu_estimate import estimate
+    from opscope.analysis.npu.estimate import estimate
     op = Operator(name="aten::mm", input_shapes=[[1024, 1024], [1024, 1024]], dtypes=[dtype, dtype], phase="forward",
                   calls=1, steps=[2], source="train.py:3", verdict="native")
     row = estimate([op], [Step(index=1), Step(index=2)])["rows"][0]
@@ -354,7 +354,7 @@ def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
 
 
 def test_per_parameter_sgd_ops_become_one_optimizer_row_naming_the_fused_optimizer():
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     rows = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)]))["rows"]
     optimizer = [r for r in rows if r["operator"].startswith("optimizer step")]
     assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in optimizer[0]["fix"]
@@ -370,7 +370,7 @@ def _op(name, shapes, dtypes=None, phase="forward", parent=None, verdict="native
 
 
 def _rows(ops):
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     return [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
             if r["kind"] == "operator"]
 
@@ -544,7 +544,7 @@ def test_operators_that_were_priced_generic_map_to_their_kernels(name, shapes, d
 
 
 def test_upsampling_writes_its_output_size_not_its_input_size():
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x = [16, 64, 64, 64]
     by_size = _op("aten::upsample_nearest2d", [x, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
                   scalars=[None, [256, 256], 4.0, 4.0])
@@ -558,7 +558,7 @@ def test_upsampling_writes_its_output_size_not_its_input_size():
 def test_decode_attention_reads_k_and_v_once_and_is_not_an_unaligned_sequence():
     """Class 7 of issue 33: a query of length 1 against a 4096-long cache reads K and V once (they dominate)
     and writes one row; no 'unaligned S=1' penalty."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     b, h, t, d = 8, 32, 4096, 128
     q, kv = [b, h, 1, d], [b, h, t, d]
     op = _op("aten::scaled_dot_product_attention", [q, kv, kv, [], [], [], []],
@@ -571,7 +571,7 @@ def test_decode_attention_reads_k_and_v_once_and_is_not_an_unaligned_sequence():
 
 
 def test_attention_gradient_reads_its_inputs_and_writes_dq_dk_dv():
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x = [4, 16, 1024, 128]
     op = _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [x, x, x, x, x, [4, 16, 1024]],
              ["float"] * 6, phase="backward")
@@ -599,7 +599,7 @@ def test_every_operator_row_names_the_kernel_and_the_rule_that_priced_it():
 def test_a_densenet_class_step_of_thousands_of_launches_is_not_host_bound_when_its_kernels_take_longer():
     """Class 5 of issue 33: the launch thread's cost per aclnn operator (27 us, the shared AlexNet run's mean
     under the profiler), not the mean over every launch including the single-op compile path (127 us)."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     from opscope.knowledge import load
     host = load("npu_cost_model.yaml")["host"]
     assert host["launch_us_per_op"] < 40 and "aclnn" in host["source"]
@@ -615,7 +615,7 @@ def test_a_densenet_class_step_of_thousands_of_launches_is_not_host_bound_when_i
 def test_conv_format_conversions_are_priced_each_call_on_910b_and_persist_on_910a():
     """Class 4 of issue 33: the shared 910B run converts around every convolution and pooling each step (57 = 57);
     on a 910A torch_npu's documented default keeps NC1HWC0 / FRACTAL_Z between them (allow_internal_format)."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     basis = build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])
     b2, a = (price(basis, chip) for chip in ("910B2", "910A"))
     conv_rows = lambda est: [r for r in est["rows"] if r["kind"] == "operator" and "Conv2D" in r["kernels"]]  # noqa: E731
@@ -631,7 +631,7 @@ def test_conv_format_conversions_are_priced_each_call_on_910b_and_persist_on_910
 # --- issue #33 class 6: a vector kernel re-run on tensors within L2 reads them from there ---
 
 def test_a_vector_kernel_re_run_on_tensors_that_fit_l2_reads_them_from_l2():
-    from opscope.analysis.npu_cost import Kernel, kernel_time_us, pricing_rule, resolve_chip
+    from opscope.analysis.npu.cost import Kernel, kernel_time_us, pricing_rule, resolve_chip
     _, b2 = resolve_chip("910B2")
     _, a910 = resolve_chip("910A")
     mb24 = 3 * 2 ** 23   # x + y read, the sum written: 8 MiB each, 24 MiB in all (the L2 is 192 MiB)
@@ -650,7 +650,7 @@ def test_a_vector_kernel_re_run_on_tensors_that_fit_l2_reads_them_from_l2():
 
 
 def test_every_910b_chip_has_its_l2_size_with_a_source():
-    from opscope.analysis.npu_cost import chips, cost_model
+    from opscope.analysis.npu.cost import chips, cost_model
     data = chips()
     for name, figures in data["chips"].items():
         if figures["family"] == "910B":
@@ -683,7 +683,7 @@ def test_capture_counts_calls_that_re_ran_the_call_before_them():
 
 
 def test_only_forward_repeats_are_priced_from_l2():
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     x = [4, 512, 1024]
     ops = [_op("aten::add", [x, x], calls=10), _op("aten::add_", [x, x], phase="optimizer", calls=10)]
     calls = [_call("aten::add", [x, x], count=10, repeats=9),
@@ -696,7 +696,7 @@ def test_only_forward_repeats_are_priced_from_l2():
 
 
 def test_profile_kernels_mark_a_kernel_that_repeats_the_one_before():
-    from opscope.analysis.npu_cost import profile_kernels
+    from opscope.analysis.npu.cost import profile_kernels
     from opscope.parsers.ascend_kernels import KernelRow
 
     def row(kind, shape):
@@ -723,7 +723,7 @@ def test_batch_norm_and_dropout_kernels_move_what_their_prototypes_read_and_writ
     """A two-kernel batch norm reads and writes the activation 3 times forward (BNTrainingReduce reads x;
     BNTrainingUpdate reads x, writes y) and 5 times backward (BNTrainingUpdateGrad reads dy and x;
     BNTrainingReduceGrad reads dy and x, writes dx), not 4 and 6; dropout's mask is one bit per element."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x = [64, 256, 56, 56]
     size = math.prod(x) * 4
     forward = _op("aten::native_batch_norm", [x, [256], [256], [256], [256], [], [], []],
@@ -744,7 +744,7 @@ def test_batch_norm_and_dropout_kernels_move_what_their_prototypes_read_and_writ
 def test_fp32_cube_kernels_run_in_the_dtype_the_chip_defaults_to():
     """fp32 convolutions run in HF32 on a 910B (conv.allow_hf32 defaults True) and fp32 matmuls in fp32;
     on a 910A both run in fp16 (allow_fp32_to_fp16): priced at that dtype's peak."""
-    from opscope.analysis.npu_cost import Kernel, cube_run, kernel_time_us, pricing_rule, resolve_chip
+    from opscope.analysis.npu.cost import Kernel, cube_run, kernel_time_us, pricing_rule, resolve_chip
     _, b2 = resolve_chip("910B2")
     _, a910 = resolve_chip("910A")
     conv = Kernel("Conv2D", "cube", flops=50e9, bytes=1e6, dtype="float32")
@@ -779,7 +779,7 @@ def test_report_target_keeps_what_the_scan_read_from_its_op_stream(slow_scan, tm
 def test_a_rate_above_hbm_holds_only_for_a_kernel_within_l2():
     """Relu's fitted rate (3,313 GB/s on a 1,600 GB/s chip) was reached on AlexNet activations held in L2: a
     Relu larger than the L2, or on a chip with no L2 figure (910A), moves at most the chip's HBM bandwidth."""
-    from opscope.analysis.npu_cost import Kernel, kernel_time_us, pricing_rule, resolve_chip, vector_rate
+    from opscope.analysis.npu.cost import Kernel, kernel_time_us, pricing_rule, resolve_chip, vector_rate
     _, b2 = resolve_chip("910B2")
     _, a910 = resolve_chip("910A")
     small = Kernel("Relu", "vector", bytes=64e6)
@@ -793,7 +793,7 @@ def test_a_rate_above_hbm_holds_only_for_a_kernel_within_l2():
 
 
 def test_dropout_with_p_zero_or_outside_training_launches_nothing():
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x = [64, 197, 768]
     ops = [_op("aten::dropout", [x, [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.0, True]),
            _op("aten::dropout", [x + [2], [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, False]),
@@ -803,7 +803,7 @@ def test_dropout_with_p_zero_or_outside_training_launches_nothing():
 
 
 def test_cat_reads_and_writes_its_tensor_list():
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     parts = [[64, 128, 28, 28]] + [[64, 32, 28, 28]] * 8
     op = _op("aten::cat", [parts, []], ["TensorList", "Scalar"], scalars=[None, 1])
     kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
@@ -819,8 +819,8 @@ def test_fused_patterns_are_matched_in_the_op_streams_true_order_not_the_folded_
     """A squeeze-excitation block (silu, conv, sigmoid, mul) whose conv signature recurs: folding keeps one
     record per signature, so in first-occurrence order silu sat next to mul and was called an unfused
     SwiGLU; the capture keeps each top-level call's place (OpCall.order) and the match uses it."""
-    from opscope.analysis.npu_estimate import cost_model
-    from opscope.analysis.npu_kernels import match_fused_patterns
+    from opscope.analysis.npu.estimate import cost_model
+    from opscope.analysis.npu.kernels import match_fused_patterns
     from opscope.capture.events import compact_calls
     a, b, c = [64, 32, 1, 1], [64, 96, 56, 56], [64, 16, 112, 112]
     shared: dict = {}
@@ -839,7 +839,7 @@ def test_fused_patterns_are_matched_in_the_op_streams_true_order_not_the_folded_
 def test_an_unfused_pattern_marks_only_the_rows_at_its_library_line():
     """A framework's model runs from one user line: only the rows the matched calls came from (the same
     library line) get the `unfused` reason, not every mul the model makes from that user line."""
-    from opscope.analysis.npu_estimate import _mark_unfused
+    from opscope.analysis.npu.estimate import _mark_unfused
     rows = [{"name": "aten::mul", "source": "train.py:120", "library": lib, "phase": "forward", "reasons": []}
             for lib in ("timm/layers/mlp.py:40", "torchvision/models/efficientnet.py:160")]
     pattern = {"api": "torch_npu.npu_swiglu", "ops": ["silu", "mul"], "sources": ["train.py:120"],
@@ -852,7 +852,7 @@ def test_a_linear_weight_is_cast_to_fractal_nz_once_on_910a_not_each_call():
     """torch_npu's Module.npu()/.to() casts nn.Linear weights to FRACTAL_NZ when the model moves (cast_weight):
     on a 910A a linear converts its activation in and its result out each call, not its weight; a matmul of
     two activations converts both operands."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x, w = [4096, 1024], [4096, 1024]
     rows = {r["name"]: r for r in build_basis([_op("aten::linear", [x, w, [4096]]), _op("aten::mm", [x, [1024, 512]])],
                                               [Step(index=1), Step(index=2)])["rows"]}
@@ -864,7 +864,7 @@ def test_a_linear_weight_is_cast_to_fractal_nz_once_on_910a_not_each_call():
 def test_select_backward_zeroes_the_input_size_and_copies_the_gradient_in():
     """ViT's class-token select: its backward writes a zero tensor of the input's size and copies the
     gradient slice in (was priced generic, as an output the size of the gradient)."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     grad, full = [64, 768], [64, 197, 768]
     op = _op("aten::select_backward", [grad, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
              phase="backward", scalars=[None, full, 1, 0])
@@ -876,7 +876,7 @@ def test_select_backward_zeroes_the_input_size_and_copies_the_gradient_in():
 def test_unaligned_summary_rows_keep_matmuls_and_attention_apart_and_price_the_penalty():
     """One summary row per line and kind: matmul axes against 256, attention's D and S against 128, each with
     its own fix; its time is what the penalty adds to the cube time (what aligning saves), not the whole."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     q = [64, 12, 197, 64]
     ops = [_op("aten::mm", [[12608, 768], [768, 3000]]), _op("aten::mm", [[12608, 3000], [3000, 768]]),
            _op("aten::scaled_dot_product_attention", [q, q, q], ["float"] * 3),
@@ -899,7 +899,7 @@ def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
     """npu_fusion_attention (FlashAttentionScore) is Atlas A2 only (op-plugin's doc): on a 910A SDPA is priced
     as ATen's math path: q @ k^T, softmax, probs @ v, each product converting to FRACTAL_NZ; its gradient
     as four products and the softmax gradient."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     q = [64, 12, 197, 64]
     ops = [_op("aten::scaled_dot_product_attention", [q, q, q], ["float"] * 3),
            _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [q, q, q, q, q, [64, 12, 197]],
@@ -922,7 +922,7 @@ def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
 def test_batch_norm_takes_nchw_as_it_is_on_910b():
     """CANN's BN kernels accept NCHW (bn_training_reduce/update: NC1HWC0 or NCHW), so a batch norm converts
     nothing; it had been priced by the pooling rule, converting its input only (a tensor left in 5HD)."""
-    from opscope.analysis.npu_estimate import build_basis, price
+    from opscope.analysis.npu.estimate import build_basis, price
     x = [64, 256, 56, 56]
     forward = _op("aten::native_batch_norm", [x, [256], [256], [256], [256], [], [], []],
                   ["float"] * 5 + ["Scalar"] * 3)
@@ -936,7 +936,7 @@ def test_batch_norm_takes_nchw_as_it_is_on_910b():
 def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
     """The grad-input product of a linear's backward (grad @ W) reads the same cast-once weight: its shape is
     a parameter's (from the optimizer's updates), so only the gradient and the result convert."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     w, grad = [4096, 1024], [512, 4096]
     ops = [_op("aten::mm", [grad, w], phase="backward"),
            _op("aten::add_", [w, w], phase="optimizer", calls=1)]
@@ -947,7 +947,7 @@ def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
 def test_a_signature_is_free_only_when_none_of_its_calls_launches():
     """An operator keeps its first call's arguments: a sanity-check validation's dropout(train=False) first must
     not make the training calls of the same signature free (the call stream says which calls launch)."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     x = [64, 197, 768]
     op = _op("aten::dropout", [x, [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, False], calls=13)
     calls = [_call("aten::dropout", [x, [], []], step=2, count=1), _call("aten::dropout", [x, [], []], step=2, count=12)]
@@ -960,7 +960,7 @@ def test_a_signature_is_free_only_when_none_of_its_calls_launches():
 
 
 def test_new_zeros_writes_its_size_argument():
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     op = _op("aten::new_zeros", [[1], [], [], [], [], []], ["float"] + ["ScalarList"] + [""] * 4,
              scalars=[None, [4096, 4096], None, None, None, None])
     kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
@@ -968,7 +968,7 @@ def test_new_zeros_writes_its_size_argument():
 
 
 def test_l2_is_not_credited_twice_nor_to_a_kernel_whose_writes_are_unknown():
-    from opscope.analysis.npu_cost import Kernel, kernel_time_us, resolve_chip
+    from opscope.analysis.npu.cost import Kernel, kernel_time_us, resolve_chip
     _, b2 = resolve_chip("910B2")
     relu = Kernel("Relu", "vector", bytes=100e6, written=50e6)   # its fitted rate was reached in L2 already
     assert kernel_time_us(Kernel("Relu", "vector", bytes=100e6, written=50e6, warm=1.0), b2) == \
@@ -980,7 +980,7 @@ def test_l2_is_not_credited_twice_nor_to_a_kernel_whose_writes_are_unknown():
 def test_a_weight_gradient_product_converts_its_activation_even_when_shaped_like_a_weight():
     """Linear(784 -> 256) at batch 256: the weight-gradient product grad^T @ x yields the weight's shape, so its
     [256, 784] operand x is an activation, not the cast-once weight."""
-    from opscope.analysis.npu_estimate import build_basis
+    from opscope.analysis.npu.estimate import build_basis
     ops = [_op("aten::mm", [[256, 256], [256, 784]], phase="backward"),
            _op("aten::add_", [[256, 784], [256, 784]], phase="optimizer")]
     row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import EXAMPLES, load_scan, run_opscope
-from opscope.analysis.npu_weights import assign_npu_times
+from opscope.analysis.npu.weights import assign_npu_times
 from opscope.model import Operator
 
 

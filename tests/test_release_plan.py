@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import run_opscope
 
-from opscope.analysis.environment import environment_against, project_requirements
-from opscope.analysis.release_plan import build_plan, judge_releases, release_facts
+from opscope.analysis.plan.environment import environment_against, project_requirements
+from opscope.analysis.plan.releases import build_plan, judge_releases, release_facts
 from opscope.commands.matrix import show_rows
 from opscope.knowledge import load
 from opscope.matrix.store import load_matrix
@@ -216,7 +216,7 @@ def test_every_report_leads_with_the_plan(cnn_scan, tmp_path):
 
 
 def test_pip_compile_requirements_with_hashes_and_continuations_are_read(tmp_path):
-    from opscope.analysis.environment import parse_requirements_txt
+    from opscope.analysis.plan.environment import parse_requirements_txt
     path = tmp_path / "requirements.txt"
     path.write_text("torch==2.5.1 \\\n    --hash=sha256:abc \\\n    --hash=sha256:def\n"
                     "torchvision==0.20.1\t# pinned with torch\n-r other.txt\nnumpy>=1.2 --hash=sha256:x\n")

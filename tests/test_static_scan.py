@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opscope.analysis.static_scan import load_rules
+from opscope.analysis.static.scan import load_rules
 from opscope.analysis.findings import merge_findings
-from opscope.analysis.static_scan import scan_file, scan_paths, scan_source
+from opscope.analysis.static.scan import scan_file, scan_paths, scan_source
 from opscope.model import Finding, ScanResult
 from opscope.report.sarif import to_sarif, write_sarif
 
@@ -486,7 +486,7 @@ def test_full_scan_merges_static_and_runtime_findings(tmp_path):
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_static_scan_reports_progress_in_and_out_of_worker_processes(tmp_path, jobs):
-    from opscope.analysis.static_scan import PARALLEL_MIN_FILES, scan_paths
+    from opscope.analysis.static.scan import PARALLEL_MIN_FILES, scan_paths
     for i in range(PARALLEL_MIN_FILES + 10):
         (tmp_path / f"m{i}.py").write_text("import torch\nx = torch.zeros(1).cuda()\n")
     calls = []
@@ -499,7 +499,7 @@ def test_static_scan_reports_progress_in_and_out_of_worker_processes(tmp_path, j
 
 def test_static_only_does_not_follow_links_out_of_the_folder_or_read_fifos(tmp_path):
     import os
-    from opscope.analysis.static_scan import scan_paths
+    from opscope.analysis.static.scan import scan_paths
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.py").write_text("x = torch.ones(1).cuda()\n")

@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import ROOT, SCRIPTS, load_scan
 
-from opscope.analysis.third_party import adapter_release, judge_third_party
+from opscope.analysis.verdicts.third_party import adapter_release, judge_third_party
 from opscope.knowledge import load
 
 LOOP = SCRIPTS / "third_party" / "roi_heads_loop.py"
@@ -52,7 +52,7 @@ def test_ops_the_adapter_does_not_cover_and_unknown_libraries():
     other = judge_third_party("torchvision::some_new_op", "2.6.0")
     assert other.verdict == "cpu-fallback" and other.evidence["rule"] == "third-party-default"
     assert judge_third_party("torchaudio::lfilter", "2.6.0").verdict == "cpu-fallback"
-    assert judge_third_party("mylab::fused_thing", "2.6.0") is None   # stays `unknown` in verdicts.py
+    assert judge_third_party("mylab::fused_thing", "2.6.0") is None   # stays `unknown` in verdicts/support.py
     flash = judge_third_party("flash_attn::_flash_attn_forward", "2.6.0")
     assert flash.verdict == "unsupported" and "torch_npu.npu_fusion_attention" in flash.evidence["detail"]
     assert flash.evidence["without_source"].startswith("huggingface/transformers@5.24.0 src/transformers/")
@@ -451,8 +451,8 @@ def test_mmcv_style_extension_ops_are_recorded_with_phase_line_and_verdict(tmp_p
 
 
 def test_a_cpu_fallback_is_priced_as_host_time_copies_and_a_sync():
-    from opscope.analysis.npu_cost import cost_model
-    from opscope.analysis.npu_estimate import _fallback_transfer_us
+    from opscope.analysis.npu.cost import cost_model
+    from opscope.analysis.npu.estimate import _fallback_transfer_us
     host = cost_model()["host"]
     row = {"fallback_bytes": 22.9e6}   # 22.9 MB at the measured 22.9 GB/s: 1 ms, plus one synchronising copy
     assert _fallback_transfer_us(row, cost_model()) == pytest.approx(1000.0 + host["fallback_sync_us"])
@@ -510,7 +510,7 @@ def test_a_guarded_xformers_import_runs_the_gpu_path_and_is_judged(tmp_path):
 
 def test_an_unknown_library_is_named_with_its_version_here():
     """A namespace neither the matrix nor the file knows stays unknown, naming the library and its version here."""
-    from opscope.analysis.verdicts import assign_verdicts
+    from opscope.analysis.verdicts.support import assign_verdicts
     from opscope.model import Operator
     ops = [Operator(name="pytest::fused_thing", overload=None), Operator(name="mylab_never_installed::op", overload=None)]
     assign_verdicts(ops, "2.6.0")

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from opscope.api import capture as opscope_capture
-from opscope.analysis.verdicts import assign_verdicts, describe_readiness, readiness_summary, resolve_target
+from opscope.analysis.verdicts.support import assign_verdicts, describe_readiness, readiness_summary, resolve_target
 from opscope.errors import UserError
 from opscope.model import VERDICTS, Finding, Operator, RootCause, ScanResult
 from tests.conftest import EXAMPLES, load_scan, run_opscope
@@ -129,7 +129,7 @@ def test_unknown_namespace_is_never_guessed_and_c10d_runs_on_hccl():
 def test_every_aten_op_gets_a_verdict_and_bad_ones_show_their_chain(version):
     """All ~1,550 ATen op names of the installed torch: one verdict each, never 'unknown' for
     a torch op, and every cpu-fallback/unsupported verdict carries its evidence chain."""
-    from opscope.analysis.verdicts import schema_of
+    from opscope.analysis.verdicts.support import schema_of
     from opscope.matrix.store import load_matrix, resolve_release
     from opscope.matrix.torch_schema import load_torch_schema
     built_for, note = schema_of(resolve_release(load_matrix(), version))

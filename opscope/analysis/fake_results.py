@@ -15,7 +15,7 @@ NOT_MEASURED = "not measured in fake mode"
 
 def apply_fake(result: ScanResult, record: dict | None) -> None:
     """Fold the capture's fake-mode record (``capture/fake.json``) into ``result``."""
-    from opscope.analysis.memory_fit import FAKE_BASIS, memory_fit
+    from opscope.analysis.npu.memory_fit import FAKE_BASIS, memory_fit
     record = record or {}
     if result.settings.mode == "fake":
         _drop_timings(result)
@@ -79,7 +79,7 @@ def _drop_timings(result: ScanResult) -> None:
         op.self_time_us = op.total_time_us = op.device_time_us = 0.0
         op.steady_time_us = op.steady_device_time_us = None
     if not result.summary.is_empty():
-        from opscope.analysis.verdicts import readiness_summary
+        from opscope.analysis.verdicts.support import readiness_summary
         old = result.summary
         result.summary = ScanSummary.from_dict(readiness_summary(result), "$.summary")
         if old.score_unavailable is not None:   # nothing was measured: no score, and why

@@ -63,7 +63,7 @@ def target_version(key: str) -> str:
 
 def judge_versions(result, lines: list[str]) -> dict:
     """{line: {"summary": readiness summary, "version": torch_npu version}} for one scan."""
-    from opscope.analysis.verdicts import assign_verdicts, mark_host_only, readiness_summary
+    from opscope.analysis.verdicts.support import assign_verdicts, mark_host_only, readiness_summary
 
     uses_device = not any((op.evidence or {}).get("rule") == "setup-without-device" for op in result.operators)
     out = {}
@@ -77,7 +77,7 @@ def judge_versions(result, lines: list[str]) -> dict:
 
 
 def _op_time(result) -> float:
-    from opscope.analysis.verdicts import op_time_basis
+    from opscope.analysis.verdicts.support import op_time_basis
     op_time = op_time_basis(result.operators)[1]
     return float(sum(op_time(op) for op in result.operators))
 

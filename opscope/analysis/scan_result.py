@@ -10,10 +10,10 @@ import platform
 import sys
 from pathlib import Path
 
-from opscope.analysis.advice import eval_only_partial_batches
 from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
-from opscope.analysis.npu_weights import weigh_by_npu
+from opscope.analysis.npu.weights import weigh_by_npu
+from opscope.analysis.verdicts.advice import eval_only_partial_batches
 from opscope.model import ScanExit, ScanResult, ScanSettings, ScanSummary, ScanTarget
 from opscope.version import __version__
 
@@ -127,7 +127,7 @@ def _add_plan(result: ScanResult, target: str | None) -> None:
     Python and CANN, and what in this environment must change.  A scan that measured nothing has no plan."""
     if result.summary.readiness_score is None or not result.operators:
         return
-    from opscope.analysis.release_plan import plan_for
+    from opscope.analysis.plan.releases import plan_for
     try:
         result.plan = plan_for(result, target=target)
     except Exception as exc:  # the plan is advice on top of the scan: its failure must not lose the scan
@@ -138,15 +138,15 @@ def _add_plan(result: ScanResult, target: str | None) -> None:
 def _add_chip_dtypes(result: ScanResult, chip: str | None) -> None:
     """Findings for what the chip does with the operators' dtypes (bf16 on a 910A, float64, ...), among the
     operators that run on the NPU (judged: not-applicable ones left out); the score counts them."""
-    from opscope.analysis.chip_dtypes import chip_dtype_findings
     from opscope.analysis.findings import merge_findings
+    from opscope.analysis.verdicts.chip_dtypes import chip_dtype_findings
     result.findings = merge_findings(result.findings, chip_dtype_findings(result.operators, chip))
 
 
 def _add_third_party(result: ScanResult) -> None:
     """The third-party libraries section: each library's version here, what to install, its ops (or None)."""
-    from opscope.analysis.third_party import library_rows
-    from opscope.analysis.verdicts import op_time_basis
+    from opscope.analysis.verdicts.support import op_time_basis
+    from opscope.analysis.verdicts.third_party import library_rows
     if not result.operators or not any(op.verdict for op in result.operators):
         return
     rows = library_rows(result.operators, result.findings, op_time_basis(result.operators)[1])
@@ -155,8 +155,8 @@ def _add_third_party(result: ScanResult) -> None:
 
 def _add_npu_estimate(result: ScanResult, calls, chip: str | None, calibration: str | None = None) -> None:
     """What will be slow on the NPU (an estimate); a failure is a note, never a failed scan."""
-    from opscope.analysis.npu_cost import calibration_factors
-    from opscope.analysis.npu_estimate import estimate
+    from opscope.analysis.npu.cost import calibration_factors
+    from opscope.analysis.npu.estimate import estimate
     if not any(s.complete for s in result.steps):   # a partial step would be priced as a whole one
         result.notes.append("NPU time estimate not computed: no training iteration completed")
         return
@@ -324,7 +324,7 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
         return
     assert result.script is not None   # build_scan_result's result names its script
     from opscope.analysis.findings import merge_findings
-    from opscope.analysis.static_scan import scan_paths
+    from opscope.analysis.static.scan import scan_paths
     files = {Path(result.script)}
     root = Path(result.script).parent
     for op in result.operators:
@@ -345,7 +345,7 @@ def _add_static_findings(result: ScanResult, static_paths: list | None) -> None:
 
 
 def _add_verdicts(result: ScanResult, target: str | None, uses_device: bool = True, chip: str | None = None) -> None:
-    from opscope.analysis.verdicts import assign_verdicts, mark_host_only, readiness_summary
+    from opscope.analysis.verdicts.support import assign_verdicts, mark_host_only, readiness_summary
     result.target = ScanTarget.from_dict(assign_verdicts(result.operators, target), "$.target")
     mark_host_only(result.operators, uses_device)
     _add_chip_dtypes(result, chip)   # after the verdicts (not-applicable ops never run on the NPU), before the score
@@ -358,14 +358,14 @@ def retarget(result: ScanResult, target: str) -> None:
     signatures are priced, which as CPU fallbacks, and why) and the port plan for that release.  What the
     summary holds besides the score (precision, why there is no score) is kept: a scan that measured nothing
     still has no score and no plan.  The caller re-prices the estimate and re-weighs the score."""
-    from opscope.analysis.verdicts import resolve_target
+    from opscope.analysis.verdicts.support import resolve_target
     version = resolve_target(target)   # an unknown release is a one-line error naming the known ones
     old = result.summary.to_dict()
     uses_device = any(op.on_device for op in result.operators)
-    from opscope.analysis.chip_dtypes import is_chip_dtype_finding
+    from opscope.analysis.verdicts.chip_dtypes import is_chip_dtype_finding
     result.findings = [f for f in result.findings if not is_chip_dtype_finding(f)]
     _add_verdicts(result, version, uses_device, result.settings.chip)
-    from opscope.analysis.verdicts import refreshed_summary
+    from opscope.analysis.verdicts.support import refreshed_summary
     result.summary = refreshed_summary(result, old)
     result.settings.target = version
     if isinstance(result.npu_estimate, dict) and isinstance(result.npu_estimate.get("basis"), dict):
@@ -379,6 +379,6 @@ def _rebuild_basis(result: ScanResult) -> None:
     """The estimate's basis made again from the stored operators with their new verdicts (a signature that
     falls back on one release and runs natively on another is priced differently, or not at all below its
     parent); what the scan read from its op stream is carried over (``rebuild_basis``)."""
-    from opscope.analysis.npu_estimate import rebuild_basis
+    from opscope.analysis.npu.estimate import rebuild_basis
     assert isinstance(result.npu_estimate, dict)
     result.npu_estimate["basis"] = rebuild_basis(result.operators, result.steps, result.npu_estimate["basis"])

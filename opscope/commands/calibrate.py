@@ -24,14 +24,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from opscope.analysis.npu_cost import fit_calibration, merge_calibration
+    from opscope.analysis.npu.cost import fit_calibration, merge_calibration
     from opscope.errors import UserError
     from opscope.parsers.ascend_kernels import find_kernel_csvs
     paths = [p for profile in args.profiles for p in find_kernel_csvs(Path(profile))]
     if not paths:
         raise UserError(f"no kernel_details.csv under {', '.join(args.profiles)}; pass Ascend profiler exports")
-    from opscope.analysis.npu_compare import chip_for
-    from opscope.analysis.npu_cost import resolve_chip
+    from opscope.analysis.npu.compare import chip_for
+    from opscope.analysis.npu.cost import resolve_chip
     by_chip: dict[str, list[Path]] = {}   # each profile fits the chip it ran on (its AI core count)
     for csv_path in paths:
         by_chip.setdefault(resolve_chip(args.chip or chip_for(csv_path.parent))[0], []).append(csv_path)

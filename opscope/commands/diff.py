@@ -84,8 +84,8 @@ def _estimate_vs_profile(args, out: Path):
     scan_json = a / "scan.json" if a.is_dir() else a
     if scan_json.name != "scan.json" or not scan_json.is_file() or not b.exists() or not find_kernel_csvs(b):
         return None
-    from opscope.analysis.npu_compare import chip_and_source, compare
-    from opscope.analysis.npu_estimate import estimate, price
+    from opscope.analysis.npu.compare import chip_and_source, compare
+    from opscope.analysis.npu.estimate import estimate, price
     from opscope.report.json_out import read_scan_json
     result = read_scan_json(scan_json)
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
@@ -123,7 +123,7 @@ def _estimate_vs_profile(args, out: Path):
 def _job_devices(path) -> int | None:
     """The devices an Ascend export's job ran on (its HCCL group can span ranks that were not exported), for its
     FPS; None elsewhere (the ranks found)."""
-    from opscope.analysis.npu_compare import world_size
+    from opscope.analysis.npu.compare import world_size
     from opscope.parsers.ascend import is_ascend_dir, rank_dirs
     p = Path(path)
     if not p.is_dir() or not (is_ascend_dir(p) or rank_dirs(p)):
@@ -133,7 +133,7 @@ def _job_devices(path) -> int | None:
 
 
 def run(args) -> int:
-    from opscope.analysis.diff import diff_profiles
+    from opscope.analysis.diff.profiles import diff_profiles
     from opscope.parsers import load_profiles
 
     formats = args.format

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
     # each job's scan writes scan.json itself; its reports are the other registered scan formats
     job_formats = ",".join(_formats(args.job_format, set(registry.reporters("scan")) - {SOURCE_FORMAT})) or "html"
     from opscope.analysis.fleet import resolve_lines
-    from opscope.analysis.verdicts import resolve_target
+    from opscope.analysis.verdicts.support import resolve_target
 
     lines = resolve_lines(args.targets)          # fail fast on an unknown version
     if args.target:

@@ -124,7 +124,7 @@ def show_rows(op_text: str, target: str | None = None) -> list[dict]:
     Without an overload in ``op_text`` every overload of the family is shown (those in the
     torch the release is built for, and any the release registers).
     """
-    from opscope.analysis.verdicts import assign_verdicts, schema_of
+    from opscope.analysis.verdicts.support import assign_verdicts, schema_of
     from opscope.matrix.store import load_matrix, resolve_release
     from opscope.model import Operator
     name, overload = _parse_op(op_text)
@@ -227,7 +227,7 @@ def run_versions(args: argparse.Namespace) -> int:
 def run_plan(args: argparse.Namespace) -> int:
     import json
 
-    from opscope.analysis.release_plan import plan_for
+    from opscope.analysis.plan.releases import plan_for
     from opscope.report.terminal import make_console
     from opscope.schema import load_scan
     result = load_scan(args.run_dir)   # InputError (exit 2, one line) on a bad RUN_DIR

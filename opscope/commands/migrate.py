@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from opscope.analysis.migrate import plan_migration, render_report
+    from opscope.analysis.static.migrate import plan_migration, render_report
 
     paths = [Path(p) for p in args.paths]
     for path in paths:

@@ -33,10 +33,10 @@ def register(subparsers) -> None:
 def _for_chip(result, chip_name: str) -> None:
     """What depends on the chip besides the estimate, judged again for ``--chip``: the dtype findings (bf16 on a
     910A ...) and the memory fit (the same parts against that chip's HBM)."""
-    from opscope.analysis.chip_dtypes import chip_dtype_findings, is_chip_dtype_finding
     from opscope.analysis.findings import merge_findings
-    from opscope.analysis.memory_fit import for_chip
-    from opscope.analysis.npu_cost import resolve_chip
+    from opscope.analysis.npu.cost import resolve_chip
+    from opscope.analysis.npu.memory_fit import for_chip
+    from opscope.analysis.verdicts.chip_dtypes import chip_dtype_findings, is_chip_dtype_finding
     name = resolve_chip(chip_name)[0]
     kept = [f for f in result.findings if not is_chip_dtype_finding(f)]
     result.findings = merge_findings(kept, chip_dtype_findings(result.operators, name))
@@ -47,8 +47,8 @@ def _for_chip(result, chip_name: str) -> None:
 def _npu_estimate(result, args) -> None:
     """Re-price the stored NPU estimate for --chip / a calibration file, or estimate a scan.json written
     before the estimate existed.  A stored basis that cannot be priced is a one-line error (exit 2)."""
-    from opscope.analysis.npu_cost import calibration_factors, resolve_chip
-    from opscope.analysis.npu_estimate import estimate, price
+    from opscope.analysis.npu.cost import calibration_factors, resolve_chip
+    from opscope.analysis.npu.estimate import estimate, price
     from opscope.errors import InputError
     from opscope.scanning import calibration_file
     calibration = calibration_file(args.calibration)
@@ -98,7 +98,7 @@ def run(args) -> int:
         if args.chip:
             _for_chip(result, args.chip)
         if args.chip or args.calibration or args.target:   # re-priced: the score and shares follow the estimate
-            from opscope.analysis.npu_weights import weigh_by_npu
+            from opscope.analysis.npu.weights import weigh_by_npu
             weigh_by_npu(result)
         for path in write_reports(result, out_dir, args.format):  # a write error is a one-line UserError
             if not args.quiet:

@@ -156,7 +156,7 @@ def _static_only(path: Path, out: Path, formats: list[str], quiet: bool) -> int:
     import json
     if not path.exists():
         raise UserError(f"path not found: {path} (give a Python file or a project folder)")
-    from opscope.analysis.static_scan import scan_paths
+    from opscope.analysis.static.scan import scan_paths
     t0 = time.perf_counter()
     from opscope.report.terminal import progress_bar
     with progress_bar("scanning source files", quiet) as update:

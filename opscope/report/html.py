@@ -157,7 +157,7 @@ def _npu_context(result: ScanResult) -> dict | None:
 def _memory_fit_context(fit: dict | None) -> dict | None:
     if not fit:
         return None
-    from opscope.analysis.memory_fit import basis_text, one_line, rows
+    from opscope.analysis.npu.memory_fit import basis_text, one_line, rows
     return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip"), "basis": basis_text(fit)}
 
 

@@ -111,7 +111,7 @@ def _detail_lines(result: ScanResult) -> list[str]:
                       [[f.severity, view.where_of(f, result) if f.file else view.NA, f.api, f.replacement or ""]
                        for f in result.findings[:MAX_ROWS]])
     if result.memory_fit:
-        from opscope.analysis.memory_fit import basis_text, one_line, rows
+        from opscope.analysis.npu.memory_fit import basis_text, one_line, rows
         out += ["", "## Memory fit", "", one_line(result.memory_fit), ""]
         out += _table(["layout", f"cards needed ({result.memory_fit.get('chip')})", "GiB per card"],
                       [[r["layout"], r["cards"] or "does not fit", r["per_card_gib"]] for r in rows(result.memory_fit)])

@@ -1,6 +1,6 @@
 """The "What will be slow on <chip>" section, one content for every report format.
 
-Reads ``ScanResult.npu_estimate`` (opscope.analysis.npu_estimate) only.  Every figure
+Reads ``ScanResult.npu_estimate`` (opscope.analysis.npu.estimate) only.  Every figure
 is labelled an estimate and carries its calibration error; the CPU times of the other
 sections stay labelled "on this machine".
 """
@@ -47,7 +47,7 @@ def build(result, top: int | None = TOP) -> Section | None:
 
 
 def _build(est: dict, top: int | None) -> Section | None:
-    from opscope.analysis.npu_estimate import bound_sentence
+    from opscope.analysis.npu.estimate import bound_sentence
     if not est.get("rows") and not est.get("step"):
         return None
     step = est.get("step") or {}

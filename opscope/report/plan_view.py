@@ -1,6 +1,6 @@
 """The port plan as every report shows it: one line, the changes, the install block (``ScanResult.plan``).
 
-The plan itself is made by ``analysis/release_plan.py`` (``opscope matrix plan RUN_DIR`` prints it in full);
+The plan itself is made by ``analysis/plan/releases.py`` (``opscope matrix plan RUN_DIR`` prints it in full);
 this module only words it, so the terminal, HTML, Markdown and XLSX say the same thing.
 """
 from __future__ import annotations
@@ -86,14 +86,14 @@ def chip_line(result) -> str | None:
     chip = fit.get("chip") or est.get("chip") or result.settings.chip
     if not chip:
         return None
-    from opscope.analysis.chip_dtypes import is_chip_dtype_finding
+    from opscope.analysis.verdicts.chip_dtypes import is_chip_dtype_finding
     dtype = [f for f in result.findings if is_chip_dtype_finding(f)]
     errors = sum(1 for f in dtype if f.severity == "error")
     parts = [f"Chip {chip}: "
              + (f"{len(dtype)} dtype finding(s) ({errors} blocking), listed under what to change"
                 if dtype else "no dtype the chip cannot run natively")]
     if fit:
-        from opscope.analysis.memory_fit import LAYOUT_NAMES, size_text
+        from opscope.analysis.npu.memory_fit import LAYOUT_NAMES, size_text
         peak, usable = size_text(fit["peak_bytes"]), size_text(fit["capacity_bytes"])
         if fit["fits_one_card"]:
             parts.append(f"the step's peak {peak} fits one card ({usable} usable)")

@@ -16,7 +16,7 @@ _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def _rule_descriptors(findings) -> list[dict]:
-    from opscope.analysis.static_scan import load_rules
+    from opscope.analysis.static.scan import load_rules
     rules = load_rules()
     out, seen = [], set()
     for finding in findings:

@@ -144,7 +144,7 @@ def print_summary(result: ScanResult, console: Console | None = None, top: int =
     console.print(f"[bold]opscope scan[/] {result.script}  device={result.device}  torch={result.torch_version}  "
                   f"steps={len(result.steps)}  {status}")
     if not result.summary.is_empty():
-        from opscope.analysis.verdicts import describe_readiness
+        from opscope.analysis.verdicts.support import describe_readiness
         console.print(f"[bold]{describe_readiness(result.summary, result.target)}[/]")
     console.print(headline.verdict_line(result))
     print_plan(result, console, run_dir or "RUN_DIR")
@@ -223,7 +223,7 @@ def _print_fake_and_memory(result: ScanResult, console: Console) -> None:
         console.print(f"Operator times: {result.fake_mode.get('timings')} (fake tensors carry shapes and dtypes, "
                       f"no data); {len(places)} data-dependent place(s) listed in the notes")
     if result.memory_fit:
-        from opscope.analysis.memory_fit import one_line
+        from opscope.analysis.npu.memory_fit import one_line
         console.print(one_line(result.memory_fit), markup=False, highlight=False)
 
 

@@ -372,8 +372,8 @@ FIX_TIERS = {"operator": 0, "dynamic shape": 1, "chip / dtype": 2, "CUDA API": 2
 
 
 def is_chip_finding(finding) -> bool:
-    """A dtype the chosen chip cannot run, or runs differently (analysis/chip_dtypes.py), not a CUDA API."""
-    from opscope.analysis.chip_dtypes import is_chip_dtype_finding
+    """A dtype the chosen chip cannot run, or runs differently (analysis/verdicts/chip_dtypes.py), not a CUDA API."""
+    from opscope.analysis.verdicts.chip_dtypes import is_chip_dtype_finding
     return is_chip_dtype_finding(finding)
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 

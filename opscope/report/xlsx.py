@@ -254,8 +254,8 @@ def _add_substitutes(wb, rows: list[view.OperatorRow]) -> None:
 
 def _add_memory_fit(wb, fit: dict) -> None:
     """Sheet "Memory fit": peak memory per step and the NPU cards it needs, per layout."""
-    from opscope.analysis.memory_fit import GIB, basis_text, one_line
-    from opscope.analysis.memory_fit import rows as fit_rows
+    from opscope.analysis.npu.memory_fit import GIB, basis_text, one_line
+    from opscope.analysis.npu.memory_fit import rows as fit_rows
     table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
     table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
     table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]

@@ -10,8 +10,8 @@ Pure: operators and a chip name in, ``Finding``s out, one per rule and source li
 """
 from __future__ import annotations
 
-from opscope.analysis.npu_cost import chips, cost_model, resolve_chip
-from opscope.analysis.npu_kernels import aicpu_reason, base_name, cost_entry, op_tensors
+from opscope.analysis.npu.cost import chips, cost_model, resolve_chip
+from opscope.analysis.npu.kernels import aicpu_reason, base_name, cost_entry, op_tensors
 from opscope.model import Finding
 
 CUBE_MODELS = {"matmul", "conv", "conv_backward", "attention"}

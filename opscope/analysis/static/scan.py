@@ -18,7 +18,7 @@ binding and resolution), ``static_flow`` (where literals flow), ``static_match``
 pass, each match rendered with its edits); this module walks files and folders.
 
 ``scan_source`` returns ``Hit`` objects that also carry the exact edits a safe
-mechanical rewrite would make; ``opscope.analysis.migrate`` applies those.
+mechanical rewrite would make; ``opscope.analysis.static.migrate`` applies those.
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ import re
 import stat
 from pathlib import Path
 
-from opscope.analysis.static_flow import Flow
-from opscope.analysis.static_match import Edit, Finder, Hit
-from opscope.analysis.static_rules import RULES_FILE, Rule, RuleSet, load_rules
-from opscope.analysis.static_scopes import Binder
+from opscope.analysis.static.flow import Flow
+from opscope.analysis.static.match import Edit, Finder, Hit
+from opscope.analysis.static.rules import RULES_FILE, Rule, RuleSet, load_rules
+from opscope.analysis.static.scopes import Binder
 from opscope.model import Finding
 
 # the names other modules import from here (the rules and hits live in the modules above)

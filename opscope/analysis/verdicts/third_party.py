@@ -4,7 +4,7 @@ torch_npu's matrix covers ATen and its own ops; a library's ops get Ascend's own
 ``support_matrix/third_party.yaml``: an adapter package that registers NPU kernels for them (``adapter``,
 with the adapter release that pairs with the target torch_npu), torch_npu's CPU fallback for a dispatcher
 op without an NPU kernel (``cpu-fallback``), or nothing (``unsupported``).  A namespace the file does not
-know stays ``unknown`` in ``verdicts.py``.
+know stays ``unknown`` in ``verdicts/support.py``.
 """
 from __future__ import annotations
 

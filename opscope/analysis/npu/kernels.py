@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 
-from opscope.analysis.npu_cost import Kernel, cost_model, dtype_bytes, dtype_name, numel, tensor_bytes
+from opscope.analysis.npu.cost import Kernel, cost_model, dtype_bytes, dtype_name, numel, tensor_bytes
 from opscope.knowledge import backend_kernel
 
 

@@ -1,7 +1,7 @@
 """The static scan's rule pass: each rule applied to a parsed file, each match rendered as a ``Hit``.
 
 A ``Hit`` carries the finding (message and replacement rendered from the rule's templates)
-and the exact edits a safe mechanical rewrite makes; ``opscope.analysis.migrate`` applies them.
+and the exact edits a safe mechanical rewrite makes; ``opscope.analysis.static.migrate`` applies them.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from opscope.analysis.static_flow import Flow, render_joined, string_parts
-from opscope.analysis.static_rules import Rule, RuleSet
-from opscope.analysis.static_scopes import Resolver, Scope, ScopedVisitor
+from opscope.analysis.static.flow import Flow, render_joined, string_parts
+from opscope.analysis.static.rules import Rule, RuleSet
+from opscope.analysis.static.scopes import Resolver, Scope, ScopedVisitor
 from opscope.model import Finding
 
 DEVICE_RX = re.compile(r"cuda(:\d+)?")

@@ -10,7 +10,7 @@ Verdicts (``opscope.model.VERDICTS``):
   runs it on the CPU with host<->device copies;
 * ``adapter``: a third-party library's op (``torchvision::roi_align``) that an Ascend adapter package
   (torchvision_npu) registers an NPU kernel for, once the release paired with the target is installed
-  (``third_party.py``);
+  (``verdicts/third_party.py``);
 * ``unsupported``: no NPU kernel and nothing to fall back to;
 * ``not-applicable``: a backend-private kernel of the scanning machine (mkldnn, cuDNN,
   NNPACK...), or an op that only runs inside another op's kernel: judged through that op;
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opscope.analysis.third_party import judge_third_party, version_here
+from opscope.analysis.verdicts.third_party import judge_third_party, version_here
 from opscope.knowledge import (
     backend_kernel,
     implemented_public_op,
@@ -339,7 +339,7 @@ def dtype_warnings(op) -> list[str]:
 
 def op_time_basis(operators) -> tuple[bool, Callable[[Any], float]]:
     """(steady, op_time): the one time basis of the readiness score and its shares.  The estimated NPU time per
-    step (``Operator.npu_time_us``, ``npu_weights.py``: deterministic) once the estimate has set it; before that,
+    step (``Operator.npu_time_us``, ``npu/weights.py``: deterministic) once the estimate has set it; before that,
     or for a scan without one, an operator's median self time per steady-state step when any step after the
     first was captured, else its total self time."""
     if any(op.npu_time_us is not None for op in operators):

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from opscope.analysis.diff_match import (
+from opscope.analysis.diff.match import (
     compared_calls,
     describe_changes,
     match_operators,
@@ -22,7 +22,7 @@ from opscope.analysis.diff_match import (
     step_count,
     thaw,
 )
-from opscope.analysis.diff_steps import compare_ranks, side_summary
+from opscope.analysis.diff.steps import compare_ranks, side_summary
 from opscope.model import Profile, freeze, json_safe
 
 

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opscope.analysis.static_scan import CPP_SUFFIXES, Hit, iter_source_files, load_rules, scan_cpp, scan_source
+from opscope.analysis.static.scan import CPP_SUFFIXES, Hit, iter_source_files, load_rules, scan_cpp, scan_source
 
 IMPORT_LINE = "import torch_npu  # added by opscope migrate: registers the NPU device with torch\n"
 

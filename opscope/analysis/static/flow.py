@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import re
 
-from opscope.analysis.static_rules import FlowSpec
-from opscope.analysis.static_scopes import Resolver, ScopedVisitor
+from opscope.analysis.static.rules import FlowSpec
+from opscope.analysis.static.scopes import Resolver, ScopedVisitor
 
 
 def render_joined(node: ast.JoinedStr) -> str:

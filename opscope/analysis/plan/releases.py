@@ -23,7 +23,7 @@ import copy
 import time
 from typing import Any
 
-from opscope.analysis.release_pairs import PAIRS_FILE, pairs
+from opscope.analysis.plan.pairs import PAIRS_FILE, pairs
 from opscope.knowledge import load_optional
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
@@ -89,7 +89,7 @@ def _uses_device(operators) -> bool:
 def judge_releases(operators, versions: list[str] | None = None, uses_device: bool | None = None) -> list[dict]:
     """For each release (default: every exact release of the matrix, oldest first): the signatures that fall
     back or are not covered there, as the scan's judge finds them (``assign_verdicts`` + host-only marking)."""
-    from opscope.analysis.verdicts import assign_verdicts, mark_host_only
+    from opscope.analysis.verdicts.support import assign_verdicts, mark_host_only
     from opscope.matrix.judge import RANK
     from opscope.matrix.store import load_matrix
     operators = list(operators)
@@ -163,7 +163,7 @@ def _third_party_libraries(operators) -> list[tuple[str, dict]]:
 
 def adapters_for(operators, version: str) -> list[dict]:
     """The Ascend adapter release of each third-party library whose ops the scan recorded, for ``version``."""
-    from opscope.analysis.third_party import adapter_release
+    from opscope.analysis.verdicts.third_party import adapter_release
     out = []
     for name, library in _third_party_libraries(operators):
         adapter = library["adapter"]
@@ -222,7 +222,7 @@ def build_plan(operators, target: str | None = None, uses_device: bool | None = 
         "per_release": [{"version": r["version"], "torch": r["torch"], "blocking_signatures": r["blocking_signatures"]}
                         for r in rows],
         "adapters": adapters_for(operators, planned),
-        "sources": {"pairs": f"support_matrix/{PAIRS_FILE}", "judge": "opscope.analysis.verdicts.assign_verdicts"},
+        "sources": {"pairs": f"support_matrix/{PAIRS_FILE}", "judge": "opscope.analysis.verdicts.support.assign_verdicts"},
     }
     plan["timing_s"] = {"judge_all_releases": round(judged_s, 3), "total": round(time.perf_counter() - started, 3)}
     return plan
@@ -236,7 +236,7 @@ def plan_for(result, target: str | None = None, environment: bool = True) -> dic
         raise TypeError("plan_for needs a ScanResult (opscope.schema.load_scan)")
     plan = build_plan(result.operators, target=target)
     if environment:
-        from opscope.analysis.environment import environment_against
+        from opscope.analysis.plan.environment import environment_against
         plan["environment"] = environment_against(plan["planned"], script=result.script, cwd=result.cwd,
                                                   adapters=plan["adapters"])
         plan["install"] = plan["environment"]["install"]

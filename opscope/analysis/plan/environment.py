@@ -234,7 +234,7 @@ def project_requirements(script: str | None, cwd: str | None = None) -> tuple[li
 
 def planned_versions(planned: dict) -> dict[str, tuple[str, str]]:
     """package -> (version or series, why) that the planned release installs."""
-    from opscope.analysis.release_pairs import companion_version
+    from opscope.analysis.plan.pairs import companion_version
     torch_npu, torch = planned["torch_npu"], planned.get("torch")
     out = {"torch-npu": (torch_npu, "the planned torch_npu release")}
     if torch:
@@ -388,7 +388,7 @@ def install_block(planned: dict, installed: dict, adapters: list) -> str:
         lines.append(f"pip install torch=={torch} --index-url {TORCH_CPU_INDEX}   # x86_64; aarch64: "
                      f"pip install torch=={torch}")
     lines.append(f"pip install torch-npu=={torch_npu} pyyaml setuptools")
-    from opscope.analysis.release_pairs import companion_version
+    from opscope.analysis.plan.pairs import companion_version
     for package in ("torchvision", "torchaudio"):
         version = companion_version(package, torch)
         if installed.get(package) and version:

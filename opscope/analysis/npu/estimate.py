@@ -15,7 +15,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import fields
 
-from opscope.analysis.npu_cost import (
+from opscope.analysis.npu.cost import (
     Kernel,
     cost_model,
     dtype_bytes,
@@ -24,7 +24,7 @@ from opscope.analysis.npu_cost import (
     pricing_rule,
     resolve_chip,
 )
-from opscope.analysis.npu_kernels import (
+from opscope.analysis.npu.kernels import (
     MODELS,
     aicpu_reason,
     alignment_reason,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from opscope.analysis.diff_match import measured_steps, step_count, stepped_calls
+from opscope.analysis.diff.match import measured_steps, step_count, stepped_calls
 from opscope.model import Profile
 
 # ----------------------------------------------------------------------------- steps

@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from opscope.analysis.npu_cost import cost_model, unit_of
+from opscope.analysis.npu.cost import cost_model, unit_of
 from opscope.parsers.ascend_kernels import find_kernel_csvs, read_kernel_details
 
 STEP_COLUMNS = {"computing": "Computing", "communication (not overlapped)": "Communication(Not Overlapped)",
@@ -125,7 +125,7 @@ def world_size(path) -> tuple[int, str]:
 
 def chip_and_source(path) -> tuple[str | None, str]:
     """(chip, why) whose AI core count matches the profile's largest cube Block Dim (None: unknown)."""
-    from opscope.analysis.npu_cost import chips
+    from opscope.analysis.npu.cost import chips
     dims: list[int] = []
     for csv_path in find_kernel_csvs(Path(path)):   # the first with Block Dims (a level-0 export has none)
         with open(csv_path, newline="", encoding="utf-8-sig") as fh:
@@ -233,7 +233,7 @@ def compare(estimate: dict, path, devices: int | None = None) -> dict:
         world, world_source = world_size(path)
     per_world = {w["devices"]: w for w in step.get("per_world_size") or []}
     if world not in per_world:   # any world size: priced from the stored basis
-        from opscope.analysis.npu_estimate import price
+        from opscope.analysis.npu.estimate import price
         repriced = price(estimate["basis"], estimate.get("chip"), estimate.get("factors"), world_sizes=[world])
         per_world[world] = repriced["step"]["per_world_size"][0]
     w = per_world[world]
@@ -273,7 +273,7 @@ def _row(item: str, estimated: float | None, measured: float | None) -> dict:
 
 def calibration_note(folders: list[str]) -> dict:
     """What the estimate's figures were fitted on, and whether the compared profile is one of them."""
-    from opscope.analysis.npu_cost import FITTED_PROFILES, fitted_on
+    from opscope.analysis.npu.cost import FITTED_PROFILES, fitted_on
     posix = [Path(f).as_posix() for f in folders]
     in_sample = sorted({key for key, fig in FITTED_PROFILES.items() for f in posix
                         if f.endswith(fig["path"]) or f.endswith(fig["path"] + "/ASCEND_PROFILER_OUTPUT")})

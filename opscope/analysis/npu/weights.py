@@ -41,7 +41,7 @@ def weigh_by_npu(result) -> None:
     """Set each operator's NPU weight from ``result.npu_estimate`` and recompute the readiness summary on it
     (after the estimate exists, and again when ``opscope report --chip`` re-prices it for another chip).
     What the summary holds besides the score and shares (precision, why no score) is kept."""
-    from opscope.analysis.verdicts import refreshed_summary
+    from opscope.analysis.verdicts.support import refreshed_summary
     if not assign_npu_times(result.operators, result.npu_estimate) or result.summary.is_empty():
         return
     result.summary = refreshed_summary(result, result.summary.to_dict())
