@@ -11,6 +11,11 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+def package_parent() -> Path:
+    """The folder holding the ``opscope`` package: its checkout when installed from one (``pip install -e``)."""
+    return _ROOT
+
+
 def support_matrix_dir() -> Path:
     local = _ROOT / "support_matrix"
     if local.is_dir():

@@ -88,7 +88,8 @@ def project_folders(script: str | None, cwd: str | None = None) -> list[Path]:
 
 def _tool_root() -> Path:
     """The folder holding opscope's own source tree (its checkout, when opscope is installed from one)."""
-    return Path(__file__).resolve().parents[2]
+    from opscope.resources import package_parent
+    return package_parent()
 
 
 def requirement_files(folders: list[Path], notes: list[str] | None = None) -> list[Path]:
