@@ -476,6 +476,113 @@ class Verification(_Part):
         return value if isinstance(value, Verification) or value is None else cls.from_dict(value, "$.verification")
 
 
+@dataclass
+class MemoryParts(_Part):
+    """What a step's device memory is made of (bytes), each part at its largest (``analysis.npu.memory_fit``)."""
+    parameters: int = 0
+    gradients: int = 0
+    optimizer_state: int = 0
+    activations: int = 0
+    _ALWAYS = frozenset({"parameters", "gradients", "optimizer_state", "activations"})
+
+    def items(self) -> list[tuple[str, int]]:
+        """``(part, bytes)`` in the order the reports list them."""
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+
+
+@dataclass
+class LayoutFit(_Part):
+    """One parallel layout's fit: the fewest cards that hold the step (None: not within the largest count)
+    and the bytes per card at that count (at the largest count when none holds it)."""
+    cards: int | None = None
+    per_card_bytes: int = 0
+    _ALWAYS = frozenset({"cards", "per_card_bytes"})
+
+
+@dataclass
+class MemoryHeadroom(_Part):
+    """Bytes a card keeps from the job's tensors: the runtime's share, HCCL's buffers on more than one card."""
+    runtime_bytes: int = 0
+    hccl_bytes: int = 0
+    assumption: str | None = None
+    _ALWAYS = frozenset({"runtime_bytes", "hccl_bytes", "assumption"})
+
+
+@dataclass
+class MemoryFit(_Part):
+    """The peak device memory of a step, its parts, and the NPU cards it needs (``analysis.npu.memory_fit``)."""
+    chip: str | None = None
+    hbm_bytes: int | None = None          # the card's memory (absent in scans made before it was recorded)
+    capacity_bytes: int = 0               # usable on one card: the HBM less the runtime's share
+    peak_bytes: int = 0
+    parts: MemoryParts = field(default_factory=MemoryParts)
+    fits_one_card: bool = False
+    cards: dict[str, LayoutFit] = field(default_factory=dict)   # layout (zero1, zero2, zero3, tensor_parallel) ->
+    headroom: MemoryHeadroom | None = None
+    peak_step: int | None = None
+    peak_phase: str | None = None
+    peak_where: str | None = None
+    peak_module: str | None = None
+    peak_autograd_node: str | None = None
+    basis: str | None = None
+    _ALWAYS = frozenset({"chip", "hbm_bytes", "capacity_bytes", "peak_bytes", "parts", "fits_one_card", "cards",
+                         "headroom", "peak_step", "peak_phase", "peak_where", "peak_module", "peak_autograd_node",
+                         "basis"})
+
+
+@dataclass
+class FakePlace(_Part):
+    """A place where a ``--mode fake`` run had to invent a value or a size: its line, what it did, how often,
+    and the policy that stood in for the data (``support_matrix/fake_mode.yaml``)."""
+    kind: str | None = None     # value-read, bool-read, data-dependent-size, checkpoint-save
+    op: str | None = None
+    where: str | None = None    # file:line in the user's code (None: library code)
+    policy: str | None = None
+    count: int = 0
+    value: Any = None           # the placeholder value read, where there was one
+    _ALWAYS = frozenset({"kind", "op", "where", "policy", "count"})
+
+
+@dataclass
+class FakeMode(_Part):
+    """What a ``--mode fake`` scan could not measure and where it invented data (``analysis.fake_results``)."""
+    places: list[FakePlace] = field(default_factory=list)
+    optimizers: list[str] = field(default_factory=list)
+    collectives: list[dict] = field(default_factory=list)        # shape-only collectives: where, op, bytes, count
+    skipped_forwards: list[dict] = field(default_factory=list)   # repeated no-grad forwards not re-run
+    timings: str | None = None
+    factory_fake_mb: int | None = None
+    _ALWAYS = frozenset({"places", "optimizers", "collectives", "skipped_forwards", "timings", "factory_fake_mb"})
+
+
+@dataclass
+class LibraryOp(_Part):
+    """One operator a third-party library registered: its verdict and its share of the step's time."""
+    name: str | None = None
+    verdict: str | None = None
+    time_share: float = 0.0
+    _ALWAYS = frozenset({"name", "verdict", "time_share"})
+
+
+@dataclass
+class ThirdPartyLibrary(_Part):
+    """A third-party library the scan judged (``analysis.verdicts.third_party.library_rows``): its version here,
+    what to install on the Ascend machine for the target, and its operators."""
+    library: str | None = None
+    install: str | None = None       # the adapter release to install (None: no adapter for the target)
+    paired: str | None = None        # what that adapter release pairs with
+    ops: list[LibraryOp] = field(default_factory=list)
+    time_share: float = 0.0
+    stand_in: bool = False           # not installed here: opscope's stand-in ran
+    version_here: str | None = None
+    _ALWAYS = frozenset({"library", "install", "paired", "ops", "time_share", "stand_in", "version_here"})
+
+
+def _optional_part(part: type[_Part], value, where: str):
+    """An optional section: None, the record itself, or its JSON object (checked)."""
+    return value if value is None or isinstance(value, part) else part.from_dict(value, where)
+
+
 _PARTS: dict[str, type[_Part]] = {"settings": ScanSettings, "exit": ScanExit, "summary": ScanSummary,
                                   "target": ScanTarget}
 
@@ -509,13 +616,13 @@ class ScanResult(_Record):
     verification: Verification | None = None
     notes: list[str] = field(default_factory=list)
     npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu.estimate
-    fake_mode: dict | None = None    # --mode fake: data-dependent places and the policy applied
-    memory_fit: dict | None = None   # peak device memory per step, its parts, NPU cards needed
+    fake_mode: FakeMode | None = None    # --mode fake: data-dependent places and the policy applied
+    memory_fit: MemoryFit | None = None   # peak device memory per step, its parts, NPU cards needed
     # the port plan (analysis/plan/releases.py plan_for): releases that run every operator, the planned one
     # with its torch / Python / CANN, what in the environment must change, the install block
     plan: dict | None = None
     # third-party libraries judged (analysis/verdicts/third_party.py library_rows): version here, what to install, ops
-    third_party: list | None = None
+    third_party: list[ThirdPartyLibrary] | None = None
     # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):
     # the user cannot act on them, so reports lead with the library line
     entry_lines: list[str] = field(default_factory=list)
@@ -530,6 +637,11 @@ class ScanResult(_Record):
             if not isinstance(value, part):
                 setattr(self, name, part.from_dict(value, f"$.{name}"))
         self.verification = Verification.of(self.verification)
+        self.memory_fit = _optional_part(MemoryFit, self.memory_fit, "$.memory_fit")
+        self.fake_mode = _optional_part(FakeMode, self.fake_mode, "$.fake_mode")
+        if self.third_party is not None:
+            self.third_party = [_optional_part(ThirdPartyLibrary, lib, f"$.third_party[{i}]")
+                                for i, lib in enumerate(self.third_party)]
 
     @classmethod
     def from_dict(cls, data: dict):

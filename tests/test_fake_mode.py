@@ -152,7 +152,7 @@ def test_memory_fit_cards_follow_the_sharding_arithmetic():
                                              "activations": A},
             "end_breakdown": {"parameters": P, "gradients": 0, "optimizer_state": 2 * P, "activations": 0},
             "phase": "backward", "where": "train.py:10", "module": "layers.0.mlp", "step": 2}
-    fit = memory_fit({"steps": [step]})
+    fit = memory_fit({"steps": [step]}).to_dict()   # as scan.json holds it
     assert not fit["fits_one_card"] and fit["peak_where"] == "train.py:10"
     cap = fit["capacity_bytes"]
     for layout, per_card in (("zero1", lambda n: 2 * P + 2 * P / n + A), ("zero3", lambda n: 4 * P / n + A),

@@ -69,7 +69,7 @@ def test_step_peak_sums_the_steps_events_from_its_first_forward():
     rec = step_peak(2, state, memory, marks, ranges)
     assert rec["bytes"] == 100 + 200 + 700          # params + state + 300 + 400, at ns 20
     assert rec["phase"] == "forward" and rec["breakdown"]["gradients"] == 0
-    assert memory_fit({"steps": [rec]})["parts"]["activations"] == 700
+    assert memory_fit({"steps": [rec]}).parts.activations == 700
 
 
 def test_step_peak_counts_the_gradients_marked_before_the_peak_and_the_updates_temporaries():
@@ -82,7 +82,7 @@ def test_step_peak_counts_the_gradients_marked_before_the_peak_and_the_updates_t
     assert rec["bytes"] == 100 + 50 + 100 - 50 + 200 + 64 and rec["phase"] == "optimizer"
     assert rec["breakdown"] == {"parameters": 100, "gradients": 100, "optimizer_state": 264}
     fit = memory_fit({"steps": [rec]})
-    assert fit["parts"]["optimizer_state"] == 200 and fit["parts"]["activations"] == 0
+    assert fit.parts.optimizer_state == 200 and fit.parts.activations == 0
 
 
 def test_a_step_without_allocator_events_has_no_record_and_no_fit():
@@ -182,7 +182,7 @@ def test_gradients_freed_by_zero_grad_after_the_forward_are_not_counted_at_the_p
     rec = step_peak(2, state, memory, [(5, "forward"), (40, "grad=100")], ranges)
     assert rec["bytes"] == 100 + 200 + 100 + 500 - 100 + 400 + 100   # nothing older: the free was a gradient
     assert rec["breakdown"]["gradients"] == 100                       # the new one, not the freed old one
-    assert memory_fit({"steps": [rec]})["parts"]["activations"] == 900
+    assert memory_fit({"steps": [rec]}).parts.activations == 900
 
 
 def test_a_peak_inside_the_update_keeps_what_was_live_before_it_as_activations():
@@ -192,4 +192,26 @@ def test_a_peak_inside_the_update_keeps_what_was_live_before_it_as_activations()
     ranges = [(30, 50, "Optimizer.step#AdamW.step")]
     rec = step_peak(1, state, memory, [(5, "forward"), (20, "grad=100")], ranges)
     assert rec["phase"] == "optimizer" and rec["breakdown"]["optimizer_state"] == 250
-    assert memory_fit({"steps": [rec]})["parts"]["activations"] == 1000
+    assert memory_fit({"steps": [rec]}).parts.activations == 1000
+
+
+def test_the_fit_is_a_typed_section_that_round_trips_through_scan_json():
+    """``ScanResult.memory_fit`` is a ``MemoryFit`` read through the checked builder: written and read back it is
+    the same, key for key, and a bad value is a schema error naming its JSON path."""
+    import pytest
+
+    from opscope.model import LayoutFit, MemoryFit, ScanResult
+    from opscope.typed import SchemaError
+    rec = {"bytes": 1000, "breakdown": {"parameters": 100, "gradients": 100, "optimizer_state": 200},
+           "end_breakdown": {"parameters": 100, "gradients": 0, "optimizer_state": 200}, "phase": "backward"}
+    fit = memory_fit({"steps": [rec]})
+    assert isinstance(fit, MemoryFit) and isinstance(fit.cards["zero1"], LayoutFit)
+    doc = ScanResult(memory_fit=fit).to_dict()["memory_fit"]
+    assert list(doc) == ["chip", "hbm_bytes", "capacity_bytes", "peak_bytes", "parts", "fits_one_card", "cards",
+                         "headroom", "peak_step", "peak_phase", "peak_where", "peak_module", "peak_autograd_node",
+                         "basis"]
+    back = ScanResult(memory_fit=doc).memory_fit
+    assert isinstance(back, MemoryFit) and back.to_dict() == doc and back.parts.activations == 600
+    with pytest.raises(SchemaError) as bad:
+        ScanResult(memory_fit={**doc, "parts": {**doc["parts"], "gradients": "lots"}})
+    assert bad.value.where == "$.memory_fit.parts.gradients"

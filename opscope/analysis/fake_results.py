@@ -8,7 +8,7 @@ after it can differ from a real run.
 """
 from __future__ import annotations
 
-from opscope.model import ScanResult, ScanSummary
+from opscope.model import FakeMode, FakePlace, ScanResult, ScanSummary
 
 NOT_MEASURED = "not measured in fake mode"
 
@@ -19,12 +19,12 @@ def apply_fake(result: ScanResult, record: dict | None) -> None:
     record = record or {}
     if result.settings.mode == "fake":
         _drop_timings(result)
-        places = record.get("places") or []
         collectives = record.get("collectives") or []
-        result.fake_mode = {"places": places, "optimizers": record.get("optimizers") or [],
-                            "collectives": collectives, "skipped_forwards": record.get("skipped_forwards") or [],
-                            "timings": NOT_MEASURED,
-                            "factory_fake_mb": record.get("factory_fake_mb")}
+        result.fake_mode = FakeMode.from_dict(
+            {"places": record.get("places") or [], "optimizers": record.get("optimizers") or [],
+             "collectives": collectives, "skipped_forwards": record.get("skipped_forwards") or [],
+             "timings": NOT_MEASURED, "factory_fake_mb": record.get("factory_fake_mb")}, "capture/fake.json")
+        places = result.fake_mode.places
         result.notes.insert(0, "fake mode: model, optimizer state and activations ran as fake tensors (shapes and "
                                "dtypes, no data); data loading ran for real; CPU timings are "
                                f"{NOT_MEASURED}")
@@ -61,17 +61,17 @@ def attention_basis(attention: dict) -> str | None:
             + (f" (counted, they would have made the peak {_size(unfused)})" if unfused else ""))
 
 
-def describe_place(place: dict) -> str:
+def describe_place(place: FakePlace) -> str:
     kinds = {"value-read": "read a value back from a fake tensor",
              "bool-read": "branched on a fake tensor",
              "data-dependent-size": "ran a data-dependent-size operator on fake inputs",
              "checkpoint-save": "saved a checkpoint of the fake model"}
-    kind = str(place.get("kind"))
+    kind = str(place.kind)
     what = kinds.get(kind, kind)
-    return (f"fake mode: {place.get('where') or 'library code'} {what} ({place.get('op')}, {place.get('count')}x): "
-            f"{place.get('policy')}; results after this line can differ from a real run"
+    return (f"fake mode: {place.where or 'library code'} {what} ({place.op}, {place.count}x): "
+            f"{place.policy}; results after this line can differ from a real run"
             + ("; on the NPU the output size varies with the data (dynamic shape, often an AI CPU operator)"
-               if place.get("kind") == "data-dependent-size" else ""))
+               if place.kind == "data-dependent-size" else ""))
 
 
 def _drop_timings(result: ScanResult) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from markupsafe import Markup
 
-from opscope.model import VERDICTS, ScanResult, Verification
+from opscope.model import VERDICTS, MemoryFit, ScanResult, Verification
 from opscope.report import glossary, headline, verification_view, view
 from opscope.resources import templates_dir
 
@@ -154,11 +154,11 @@ def _npu_context(result: ScanResult) -> dict | None:
             "fps_headers": FPS_HEADERS, "fps": sec.fps, "headers": HEADERS, "rows": sec.rows, "rules": sec.rules, "more": sec.more}
 
 
-def _memory_fit_context(fit: dict | None) -> dict | None:
+def _memory_fit_context(fit: MemoryFit | None) -> dict | None:
     if not fit:
         return None
     from opscope.analysis.npu.memory_fit import basis_text, one_line, rows
-    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.get("chip"), "basis": basis_text(fit)}
+    return {"line": one_line(fit), "rows": rows(fit), "chip": fit.chip, "basis": basis_text(fit)}
 
 
 def _plan_context(plan: dict | None, result: ScanResult) -> dict | None:
@@ -238,7 +238,7 @@ def build_context(result: ScanResult, charts: dict | None = None) -> dict:
         "third_party": [dict(zip(("library", "version", "ascend", "ops", "share"),
                                  row[:4] + [view.fmt_percent(row[4])], strict=True))
                         for row in view.third_party_rows(result)],
-        "fake_places": (result.fake_mode or {}).get("places") if result.fake_mode is not None else None,
+        "fake_places": result.fake_mode.places if result.fake_mode is not None else None,
         "glossary": glossary.terms(),
         "plan": _plan_context(result.plan, result),
         "css": _asset("report.css"),

@@ -113,14 +113,13 @@ def _detail_lines(result: ScanResult) -> list[str]:
     if result.memory_fit:
         from opscope.analysis.npu.memory_fit import basis_text, one_line, rows
         out += ["", "## Memory fit", "", one_line(result.memory_fit), ""]
-        out += _table(["layout", f"cards needed ({result.memory_fit.get('chip')})", "GiB per card"],
+        out += _table(["layout", f"cards needed ({result.memory_fit.chip})", "GiB per card"],
                       [[r["layout"], r["cards"] or "does not fit", r["per_card_gib"]] for r in rows(result.memory_fit)])
         out += ["", _cell(basis_text(result.memory_fit))]
     if result.fake_mode is not None:
-        out += ["", "## Fake mode", "", f"Operator times: {result.fake_mode.get('timings')}.", ""]
+        out += ["", "## Fake mode", "", f"Operator times: {result.fake_mode.timings}.", ""]
         out += _table(["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
-                      [[p.get("where"), p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
-                       for p in result.fake_mode.get("places") or []])
+                      [[p.where, p.kind, p.op, p.count, p.policy] for p in result.fake_mode.places])
     return out
 
 

@@ -81,9 +81,9 @@ def notes(plan: dict) -> list[str]:
 
 def chip_line(result) -> str | None:
     """The chip part of the plan: the chip judged, its dtype findings, and whether the step fits its memory."""
-    fit = result.memory_fit or {}
+    fit = result.memory_fit
     est = result.npu_estimate if isinstance(result.npu_estimate, dict) else {}
-    chip = fit.get("chip") or est.get("chip") or result.settings.chip
+    chip = (fit.chip if fit else None) or est.get("chip") or result.settings.chip
     if not chip:
         return None
     from opscope.analysis.verdicts.chip_dtypes import is_chip_dtype_finding
@@ -94,11 +94,11 @@ def chip_line(result) -> str | None:
                 if dtype else "no dtype the chip cannot run natively")]
     if fit:
         from opscope.analysis.npu.memory_fit import LAYOUT_NAMES, size_text
-        peak, usable = size_text(fit["peak_bytes"]), size_text(fit["capacity_bytes"])
-        if fit["fits_one_card"]:
+        peak, usable = size_text(fit.peak_bytes), size_text(fit.capacity_bytes)
+        if fit.fits_one_card:
             parts.append(f"the step's peak {peak} fits one card ({usable} usable)")
         else:
-            cards = {k: v.get("cards") for k, v in (fit.get("cards") or {}).items()}
+            cards = {k: v.cards for k, v in fit.cards.items()}
             fewest = min(((n, k) for k, n in cards.items() if n), default=None)
             parts.append(f"the step's peak {peak} does NOT fit one card ({usable} usable)"
                          + (f": {fewest[0]} cards with {LAYOUT_NAMES.get(fewest[1], fewest[1])}" if fewest else ""))

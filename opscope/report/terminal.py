@@ -219,8 +219,8 @@ def _print_third_party(result: ScanResult, console: Console) -> None:
 def _print_fake_and_memory(result: ScanResult, console: Console) -> None:
     """--mode fake: timings are absent and said so; the memory fit as one line."""
     if result.fake_mode is not None:
-        places = result.fake_mode.get("places") or []
-        console.print(f"Operator times: {result.fake_mode.get('timings')} (fake tensors carry shapes and dtypes, "
+        places = result.fake_mode.places
+        console.print(f"Operator times: {result.fake_mode.timings} (fake tensors carry shapes and dtypes, "
                       f"no data); {len(places)} data-dependent place(s) listed in the notes")
     if result.memory_fit:
         from opscope.analysis.npu.memory_fit import one_line

@@ -480,13 +480,9 @@ def third_party_rows(result: ScanResult) -> list[list]:
     """The "Third-party libraries" section, one row per library (scan.json ``third_party``)."""
     rows = []
     for lib in result.third_party or []:
-        if not isinstance(lib, dict):
-            continue
-        install = lib.get("install")
-        ascend = f"install {install} ({lib.get('paired')})" if install else "no adapter: see the operators' verdicts"
-        ops = "; ".join(f"{e.get('name')} ({e.get('verdict')}, {fmt_percent(e.get('time_share'))})"
-                        for e in lib.get("ops") or [])
-        rows.append([lib.get("library"), lib.get("version_here"), ascend, ops, lib.get("time_share")])
+        ascend = f"install {lib.install} ({lib.paired})" if lib.install else "no adapter: see the operators' verdicts"
+        ops = "; ".join(f"{e.name} ({e.verdict}, {fmt_percent(e.time_share)})" for e in lib.ops)
+        rows.append([lib.library, lib.version_here, ascend, ops, lib.time_share])
     return rows
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from opscope.model import VERDICTS, ScanResult, Verification
+from opscope.model import VERDICTS, FakeMode, MemoryFit, ScanResult, Verification
 from opscope.report import headline, verification_view, view
 from opscope.report.cells import set_cell
 
@@ -252,22 +252,21 @@ def _add_substitutes(wb, rows: list[view.OperatorRow]) -> None:
            verdict_col=1, fills=view.VERDICT_FILLS)
 
 
-def _add_memory_fit(wb, fit: dict) -> None:
+def _add_memory_fit(wb, fit: MemoryFit) -> None:
     """Sheet "Memory fit": peak memory per step and the NPU cards it needs, per layout."""
     from opscope.analysis.npu.memory_fit import GIB, basis_text, one_line
     from opscope.analysis.npu.memory_fit import rows as fit_rows
     table = [[r["layout"], r["cards"] if r["cards"] else "does not fit", r["per_card_gib"]] for r in fit_rows(fit)]
-    table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit["peak_bytes"] / GIB, 3)]]
-    table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit["parts"].items()]
+    table += [["", "", None], [f"peak ({one_line(fit)})", "", round(fit.peak_bytes / GIB, 3)]]
+    table += [[f"  {part}", "", round(value / GIB, 3)] for part, value in fit.parts.items()]
     table += [["", "", None], [basis_text(fit), "", None]]
-    _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit['chip']})", "GiB per card"], table)
+    _sheet(wb, "Memory fit", ["layout / part", f"cards needed ({fit.chip})", "GiB per card"], table)
 
 
-def _add_fake_mode(wb, fake_mode: dict) -> None:
+def _add_fake_mode(wb, fake_mode: FakeMode) -> None:
     """Sheet "Fake mode": where the scan ran without real tensors and the policy that stood in for them."""
     _sheet(wb, "Fake mode", ["location", "what", "operator", "calls", "policy (results can differ from a real run)"],
-           [[p.get("where") or view.NA, p.get("kind"), p.get("op"), p.get("count"), p.get("policy")]
-            for p in fake_mode.get("places") or []])
+           [[p.where or view.NA, p.kind, p.op, p.count, p.policy] for p in fake_mode.places])
 
 
 def build_workbook(result: ScanResult):

@@ -18,7 +18,10 @@ their basis (``npu_memory.yaml`` ``headroom``), taken off before the fit is judg
 """
 from __future__ import annotations
 
+import dataclasses
+
 from opscope.knowledge import load
+from opscope.model import LayoutFit, MemoryFit, MemoryHeadroom, MemoryParts
 
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 FAKE_BASIS = "fake-tensor storage lifetimes (device tensors only; host-side data batches not counted)"
@@ -49,7 +52,7 @@ def chip(name: str | None = None) -> dict:
     return {"name": name, "capacity_bytes": int(float(spec["hbm_gib"]) * GIB), "hbm_gib": spec["hbm_gib"]}
 
 
-def memory_fit(memory: dict, chip_name: str | None = None, basis: str = FAKE_BASIS) -> dict | None:
+def memory_fit(memory: dict, chip_name: str | None = None, basis: str = FAKE_BASIS) -> MemoryFit | None:
     """The fit of a capture's memory record (``{"steps": [...]}``), or None when nothing was tracked."""
     steps = [s for s in (memory or {}).get("steps") or [] if s.get("bytes")]
     if not steps:
@@ -67,19 +70,18 @@ def memory_fit(memory: dict, chip_name: str | None = None, basis: str = FAKE_BAS
     # the measured peak; what a step holds at its end is a floor under it (the parts are each at their largest,
     # not at one moment: their sum would count gradients a step had freed before its peak)
     peak_bytes = max(int(peak["bytes"]), max(int(s.get("end_bytes") or 0) for s in steps))
-    return {**_cards(parts, peak_bytes, chip_name),
-            "peak_step": peak.get("step"), "peak_phase": peak.get("phase"), "peak_where": peak.get("where"),
-            "peak_module": peak.get("module"), "peak_autograd_node": peak.get("autograd_node"),
-            "basis": basis}
+    return MemoryFit(**_cards(MemoryParts(**parts), peak_bytes, chip_name),
+                     peak_step=peak.get("step"), peak_phase=peak.get("phase"), peak_where=peak.get("where"),
+                     peak_module=peak.get("module"), peak_autograd_node=peak.get("autograd_node"), basis=basis)
 
 
-def for_chip(fit: dict, chip_name: str) -> dict:
+def for_chip(fit: MemoryFit, chip_name: str) -> MemoryFit:
     """A stored fit judged again for another chip's memory (``opscope report RUN_DIR --chip C``): the same
     parts and peak, that chip's capacity and card counts."""
-    return {**fit, **_cards(dict(fit["parts"]), int(fit["peak_bytes"]), chip_name)}
+    return dataclasses.replace(fit, **_cards(fit.parts, fit.peak_bytes, chip_name))
 
 
-def headroom() -> dict:
+def headroom() -> MemoryHeadroom:
     """Bytes a card keeps from the job's tensors: the runtime's share, and HCCL's buffers on more than one card."""
     data = load("npu_memory.yaml").get("headroom") or {}
     runtime = int(float(data.get("runtime_gib") or 0) * GIB)
@@ -88,17 +90,18 @@ def headroom() -> dict:
     text = (f"{size_text(runtime)} per card for the runtime ({data.get('runtime_source') or 'assumption'}), "
             f"and on more than one card {size_text(hccl)} of HCCL buffers ({data.get('hccl_buffers_per_communicator')} x "
             f"HCCL_BUFFSIZE {data.get('hccl_buffsize_mb')} MB per communicator, the CANN default)")
-    return {"runtime_bytes": runtime, "hccl_bytes": hccl, "assumption": text}
+    return MemoryHeadroom(runtime_bytes=runtime, hccl_bytes=hccl, assumption=text)
 
 
-def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
-    """Capacity, whether one card holds the peak, and the cards each layout needs, for one chip."""
+def _cards(parts: MemoryParts, peak_bytes: int, chip_name: str | None) -> dict:
+    """Capacity, whether one card holds the peak, and the cards each layout needs, for one chip (the
+    chip-dependent fields of a ``MemoryFit``)."""
     card = chip(chip_name)
     reserve = headroom()
     hbm = card["capacity_bytes"]
-    cap = hbm - reserve["runtime_bytes"]               # usable on one card
+    cap = hbm - reserve.runtime_bytes               # usable on one card
     counts = [int(n) for n in load("npu_memory.yaml").get("card_counts") or [1, 2, 4, 8]]
-    P, G, S, A = (parts[p] for p in PARTS)
+    P, G, S, A = parts.parameters, parts.gradients, parts.optimizer_state, parts.activations
     layouts = {
         "zero1": lambda n: P + G + S / n + A,
         "zero2": lambda n: P + (G + S) / n + A,
@@ -106,10 +109,10 @@ def _cards(parts: dict, peak_bytes: int, chip_name: str | None) -> dict:
         "tensor_parallel": lambda n: (P + G + S + A) / n,
     }
     cards = {}
-    usable = lambda n: cap - (reserve["hccl_bytes"] if n > 1 else 0)   # noqa: E731
+    usable = lambda n: cap - (reserve.hccl_bytes if n > 1 else 0)   # noqa: E731
     for name, per_card in layouts.items():
         fit = next((n for n in counts if per_card(n) <= usable(n)), None)
-        cards[name] = {"cards": fit, "per_card_bytes": int(per_card(fit)) if fit else int(per_card(counts[-1]))}
+        cards[name] = LayoutFit(cards=fit, per_card_bytes=int(per_card(fit)) if fit else int(per_card(counts[-1])))
     return {"chip": card["name"], "hbm_bytes": hbm, "capacity_bytes": cap, "peak_bytes": peak_bytes, "parts": parts,
             "fits_one_card": peak_bytes <= cap, "cards": cards, "headroom": reserve}
 
@@ -119,51 +122,51 @@ def size_text(n: float) -> str:
     return f"{n / GIB:,.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:,.1f} MiB"
 
 
-def one_line(fit: dict) -> str:
+def one_line(fit: MemoryFit) -> str:
     """The terminal line: peak, its parts, where, and the cards needed."""
-    parts = fit["parts"]
-    node = f"in {fit['peak_autograd_node']}" if fit.get("peak_autograd_node") else None
-    where = ", " + " ".join(x for x in (node, fit.get("peak_module") and f"in {fit['peak_module']}",
-                                        fit.get("peak_where") and f"at {fit['peak_where']}") if x) \
-        if node or fit.get("peak_module") or fit.get("peak_where") else ""
-    verdict = "fits" if fit["fits_one_card"] else "does NOT fit"
-    hbm = fit.get("hbm_bytes")
-    card = (f"one {size_text(hbm)} {fit['chip']} card ({size_text(fit['capacity_bytes'])} usable)" if hbm
-            else f"one {size_text(fit['capacity_bytes'])} {fit['chip']} card")
-    cards = fit["cards"]
+    parts = fit.parts
+    node = f"in {fit.peak_autograd_node}" if fit.peak_autograd_node else None
+    where = ", " + " ".join(x for x in (node, fit.peak_module and f"in {fit.peak_module}",
+                                        fit.peak_where and f"at {fit.peak_where}") if x) \
+        if node or fit.peak_module or fit.peak_where else ""
+    verdict = "fits" if fit.fits_one_card else "does NOT fit"
+    hbm = fit.hbm_bytes
+    card = (f"one {size_text(hbm)} {fit.chip} card ({size_text(fit.capacity_bytes)} usable)" if hbm
+            else f"one {size_text(fit.capacity_bytes)} {fit.chip} card")
+    cards = fit.cards
 
-    floor = {"zero1": parts["parameters"] + parts["gradients"] + parts["activations"],
-             "zero2": parts["parameters"] + parts["activations"], "zero3": parts["activations"]}
+    floor = {"zero1": parts.parameters + parts.gradients + parts.activations,
+             "zero2": parts.parameters + parts.activations, "zero3": parts.activations}
 
     def n(layout: str) -> str:
-        c = cards[layout]["cards"]
+        c = cards[layout].cards
         if c:
             return str(c)
-        if layout in floor and floor[layout] > fit["capacity_bytes"]:   # the unsharded part alone is too big
+        if layout in floor and floor[layout] > fit.capacity_bytes:   # the unsharded part alone is too big
             return f"never ({size_text(floor[layout])} unsharded per card)"
-        return f"more than {cards[layout].get('largest', 'the largest count')}"
+        return "more than the largest count"
 
-    return (f"memory: peak {size_text(fit['peak_bytes'])} per step ({fit.get('peak_phase') or '?'}{where}) = params "
-            f"{size_text(parts['parameters'])} + grads {size_text(parts['gradients'])} + optimizer state "
-            f"{size_text(parts['optimizer_state'])} + activations {size_text(parts['activations'])}; {verdict} "
+    return (f"memory: peak {size_text(fit.peak_bytes)} per step ({fit.peak_phase or '?'}{where}) = params "
+            f"{size_text(parts.parameters)} + grads {size_text(parts.gradients)} + optimizer state "
+            f"{size_text(parts.optimizer_state)} + activations {size_text(parts.activations)}; {verdict} "
             f"{card}; cards needed: " + ", ".join(f"{name} {n(key)}" for key, name in LAYOUT_NAMES.items()))
 
 
-def basis_text(fit: dict) -> str:
+def basis_text(fit: MemoryFit) -> str:
     """What the fit was measured from and what it assumes of the card (for every report, under the table)."""
-    room = (fit.get("headroom") or {}).get("assumption")
-    return f"Measured from {fit.get('basis') or 'the capture'}." + (f" Assumed kept from the tensors: {room}." if room else "")
+    room = fit.headroom.assumption if fit.headroom else None
+    return f"Measured from {fit.basis or 'the capture'}." + (f" Assumed kept from the tensors: {room}." if room else "")
 
 
-def rows(fit: dict) -> list[dict]:
+def rows(fit: MemoryFit) -> list[dict]:
     """One row per layout, for the HTML/XLSX section and the DataFrame."""
-    out = [{"layout": "single card", "cards": 1 if fit["fits_one_card"] else None,
-            "per_card_gib": round(fit["peak_bytes"] / GIB, 3)}]
+    out = [{"layout": "single card", "cards": 1 if fit.fits_one_card else None,
+            "per_card_gib": round(fit.peak_bytes / GIB, 3)}]
     names = {"zero1": "data parallel, ZeRO-1 (optimizer state sharded)",
              "zero2": "data parallel, ZeRO-2 (+ gradients sharded)",
              "zero3": "data parallel, ZeRO-3 (+ parameters sharded)",
              "tensor_parallel": "tensor parallel"}
     for key, label in names.items():
-        c = fit["cards"][key]
-        out.append({"layout": label, "cards": c["cards"], "per_card_gib": round(c["per_card_bytes"] / GIB, 3)})
+        c = fit.cards[key]
+        out.append({"layout": label, "cards": c.cards, "per_card_gib": round(c.per_card_bytes / GIB, 3)})
     return out

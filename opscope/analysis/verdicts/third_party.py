@@ -12,6 +12,7 @@ import re
 
 from opscope.knowledge import load_optional
 from opscope.matrix.judge import Judgement
+from opscope.model import LibraryOp, ThirdPartyLibrary
 
 
 def _library_of(namespace: str) -> tuple[str, dict] | None:
@@ -112,7 +113,7 @@ def version_here(library: str) -> str | None:
         return None
 
 
-def library_rows(operators, findings, op_time) -> list[dict]:
+def library_rows(operators, findings, op_time) -> list[ThirdPartyLibrary]:
     """One row per third-party library the scan judged: its version here (or that opscope stood in for it),
     what to install on the Ascend machine for the target, and its operators with verdict and time share.
 
@@ -135,11 +136,10 @@ def library_rows(operators, findings, op_time) -> list[dict]:
         row["time_share"] += share
     out = []
     for library, row in sorted(rows.items(), key=lambda kv: -kv[1]["time_share"]):
-        row["version_here"] = ("not installed: opscope's stand-in ran" if row["stand_in"]
-                               else version_here(library) or "unknown")
-        row["ops"] = sorted(row["ops"].values(), key=lambda e: -e["time_share"])
-        row["time_share"] = round(row["time_share"], 6)
-        for entry in row["ops"]:
-            entry["time_share"] = round(entry["time_share"], 6)
-        out.append(row)
+        ops = [LibraryOp(name=e["name"], verdict=e["verdict"], time_share=round(e["time_share"], 6))
+               for e in sorted(row["ops"].values(), key=lambda e: -e["time_share"])]
+        out.append(ThirdPartyLibrary(
+            library=library, install=row["install"], paired=row["paired"], ops=ops,
+            time_share=round(row["time_share"], 6), stand_in=row["stand_in"],
+            version_here="not installed: opscope's stand-in ran" if row["stand_in"] else version_here(library) or "unknown"))
     return out
