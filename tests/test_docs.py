@@ -248,3 +248,14 @@ def test_the_python_api_reference_is_generated_from_docstrings():
         for name, member in hook._members(obj) if inspect.isclass(obj) else ():
             assert hook._doc(member), f"{shown}.{name} has no docstring: the API reference would show it bare"
             assert f"| `{name}` |" in text
+
+
+def test_pages_speak_the_users_language_not_the_teams():
+    """Issue numbers and the team's names for its data are internal history: they belong in the changelog (and
+    the commit log), not on the pages a user reads."""
+    internal = re.compile(r"\bissues? #?\d+|(?<![\w&])#\d{2,3}\b|\bthe shared (?:AlexNet|LLM) run\b", re.I)
+    found = [f"{page.relative_to(ROOT)}:{n}: {m.group(0)}"
+             for page in sorted((ROOT / "docs").rglob("*.md")) if page.name != "changelog.md"
+             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+             if (m := internal.search(line))]
+    assert not found, found
