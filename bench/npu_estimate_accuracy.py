@@ -96,7 +96,7 @@ def cost_of_estimate(run: Path, result) -> tuple[float, float, float]:
     for _ in range(5):
         capture = load_capture(run)
         t0 = time.perf_counter()
-        estimate(result.operators, result.steps, capture[0], "Ascend910B2")
+        estimate(result.operators, result.steps, capture.calls, "Ascend910B2")
         est.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         build_scan_result(capture=capture, **fields)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from opscope.typed import build
 
@@ -576,6 +576,27 @@ class ThirdPartyLibrary(_Part):
     stand_in: bool = False           # not installed here: opscope's stand-in ran
     version_here: str | None = None
     _ALWAYS = frozenset({"library", "install", "paired", "ops", "time_share", "stand_in", "version_here"})
+
+
+@dataclass
+class CaptureMeta:
+    """What a capture recorded beside its calls (``capture.store``): for the analysis, never in scan.json."""
+    traces: list[str] = field(default_factory=list)        # the Chrome traces written, in step order
+    dataloaders: dict = field(default_factory=dict)        # DataLoaders and collators, where each was built
+    precision: dict | None = None                          # requested vs recorded dtypes (analysis.precision)
+    memory: dict = field(default_factory=dict)             # {"steps": [each step's device-memory peak]}
+    overloads_resolved: bool = False   # every step's calls carry their overload: the analysis asks torch for none
+    notes: list[str] = field(default_factory=list)         # what reading the capture back had to drop
+
+
+class Capture(NamedTuple):
+    """A capture as the analysis reads it: ``capture.store.load_capture`` (from the run folder) or a session's
+    ``snapshot`` (from memory)."""
+    calls: list[OpCall]
+    steps: list[Step]
+    side: dict[int, dict]     # step -> the source tracker's side record (origins, loaders) for dynamic shapes
+    findings: list[Finding]   # run-time findings (remaps, library stand-ins, precision)
+    meta: CaptureMeta
 
 
 def _optional_part(part: type[_Part], value, where: str):

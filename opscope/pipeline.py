@@ -8,12 +8,16 @@ parent ``opscope scan`` (when the child could not analyse) and the in-process AP
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opscope.model import Capture
 
 
-def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), **scan_fields):
+def analyse_capture(out_dir: Path, *, capture: Capture | None = None, formats=(), **scan_fields):
     """Build the scan result of the capture in ``out_dir`` and write its files.
 
-    ``capture`` is ``load_capture``'s tuple when the caller has it in memory; otherwise
+    ``capture`` is the capture when the caller has it in memory (a session's snapshot); otherwise
     the capture files are read.  ``scan_fields`` are ``build_scan_result``'s keywords.
     """
     from opscope.analysis.scan_result import build_scan_result
@@ -27,7 +31,7 @@ def analyse_capture(out_dir: Path, *, capture: tuple | None = None, formats=(), 
     apply_fake(result, RunFolder(out_dir).read_fake())   # --mode fake: timings, data-dependent places, memory
     if result.memory_fit is None:   # a real scan: its steps' allocator peaks
         from opscope.analysis.npu.memory_fit import REAL_BASIS, memory_fit
-        result.memory_fit = memory_fit((capture[4] or {}).get("memory") or {}, result.settings.chip, REAL_BASIS)
+        result.memory_fit = memory_fit(capture.meta.memory, result.settings.chip, REAL_BASIS)
     write_outputs(result, out_dir, list(formats))
     return result
 

@@ -413,7 +413,7 @@ def _write_failed(out: Path, outcome, steps: int, exc: OSError | None, path, res
     else:
         from opscope.capture.store import load_capture
         try:
-            kept = sum(1 for s in load_capture(out)[1] if s.complete)
+            kept = sum(1 for s in load_capture(out).steps if s.complete)
         except Exception:   # nothing readable: nothing was kept
             kept = 0
         where = (f"{_steps(kept)} kept in {folder.steps_log}; `opscope report {out}` rebuilds scan.json from "

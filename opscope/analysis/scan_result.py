@@ -14,7 +14,7 @@ from opscope.analysis.aggregate import aggregate
 from opscope.analysis.dynamic_shapes import epoch_notes, find_dynamic_shapes
 from opscope.analysis.npu.weights import weigh_by_npu
 from opscope.analysis.verdicts.advice import eval_only_partial_batches
-from opscope.model import ScanExit, ScanResult, ScanSettings, ScanSummary, ScanTarget
+from opscope.model import Capture, ScanExit, ScanResult, ScanSettings, ScanSummary, ScanTarget
 from opscope.version import __version__
 
 
@@ -49,8 +49,8 @@ def _torch_version() -> str:
 
 def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSettings | dict,
                       outcome, started_at: str, duration_s: float, static_paths: list | None = None,
-                      target: str | None = None, capture: tuple, torch_version: str | None = None) -> ScanResult:
-    """``capture`` is ``opscope.capture.store.load_capture``'s tuple (calls, steps, side, findings, meta);
+                      target: str | None = None, capture: Capture, torch_version: str | None = None) -> ScanResult:
+    """``capture`` is what ``opscope.capture.store.load_capture`` read (or a session's snapshot);
     ``settings`` may come as the JSON the scan's child received.
 
     ``target`` is the torch_npu version to judge against: ``opscope scan`` passes the one its
@@ -66,9 +66,9 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     complete, reason = describe_outcome(outcome, sum(1 for s in steps if s.complete), settings.steps or 0)
     # steady state: complete steps after the baseline step (set-up and step 1 excluded)
     steady = [s.index for s in steps if s.complete and s.index > baseline]
-    operators = aggregate(calls, steady_steps=steady, resolve_overloads=not meta.get("overloads_resolved"))
+    operators = aggregate(calls, steady_steps=steady, resolve_overloads=not meta.overloads_resolved)
     setup_notes: list[str] = []
-    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.get("dataloaders"), setup_notes)
+    dynamic, roots, dyn_keys = find_dynamic_shapes(calls, baseline, side, meta.dataloaders, setup_notes)
     eval_only_partial_batches(roots, dynamic, calls)   # a validation loader is not told drop_last
     for op in operators:
         op.dynamic = any((op.name, src) in dyn_keys for src in (op.sources if op.sources else [op.source]))
@@ -82,22 +82,22 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
         started_at=started_at, duration_s=round(duration_s, 3), settings=settings,
         exit=ScanExit(kind=outcome.kind, code=outcome.code, message=outcome.message, where=outcome.where),
         steps=steps, operators=operators, dynamic_shapes=dynamic, root_causes=roots,
-        findings=runtime_findings, traces=meta.get("traces", []),
+        findings=runtime_findings, traces=meta.traces,
     )
     done = len([s for s in steps if s.complete])
     if steps and done < (settings.steps or 0) and complete:
         result.notes.append(f"the script finished after {done} complete step(s), fewer than --steps "
                             f"{settings.steps}")
-    result.notes.extend(meta.get("notes") or [])   # what reading the capture back had to drop
+    result.notes.extend(meta.notes)   # what reading the capture back had to drop
     result.entry_lines = framework_entry_lines(calls)
     result.notes.extend(setup_notes)
-    result.notes.extend(epoch_notes(meta.get("dataloaders"), done))
+    result.notes.extend(epoch_notes(meta.dataloaders, done))
     if host_note:
         result.notes.append(host_note)
     result.notes.extend(unrecorded_notes(steps))
     if warmup:
         result.notes.append(f"steps 1-{warmup} are warm-up: shape changes are judged against step {baseline}")
-    if any((loader or {}).get("workers", 1) for loader in (meta.get("dataloaders") or {}).values()):
+    if any((loader or {}).get("workers", 1) for loader in meta.dataloaders.values()):
         # (a capture of an older opscope does not say how many workers: the note stays)
         result.notes.append("DataLoader worker processes are not profiled (data loading runs outside the "
                             "training step)")
@@ -116,7 +116,7 @@ def build_scan_result(*, script: str, argv: list, device: str, settings: ScanSet
     _add_npu_estimate(result, calls, settings.chip, settings.calibration)
     weigh_by_npu(result)   # the score and every share weigh the estimated NPU time, not this machine's CPU
     _add_third_party(result)
-    _add_precision(result, meta.get("precision"), device, (settings.wrapper or {}).get("dtype"))
+    _add_precision(result, meta.precision, device, (settings.wrapper or {}).get("dtype"))
     _refuse_empty_measurement(result, outcome, settings)
     _add_plan(result, settings.target)
     return result

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 from opscope.capture.run_folder import CALL_FIELDS, RUNTIME, STEPS_LOG, RunFolder
-from opscope.model import PHASES, Finding, OpCall, Step
+from opscope.model import PHASES, Capture, CaptureMeta, Finding, OpCall, Step
 
 
-def load_capture(out_dir: Path):
-    """Return (calls, steps, side_by_step, findings, meta) from the files of a capture."""
+def load_capture(out_dir: Path) -> Capture:
+    """The capture in ``out_dir`` read back from its files."""
     folder = RunFolder(out_dir)
     runtime = {}
     try:
@@ -37,13 +37,14 @@ def load_capture(out_dir: Path):
                     break
                 records.append(record)
     findings = [Finding.from_dict(f) for f in runtime.get("findings", [])]
-    calls, steps, side, findings, meta = records_to_capture(records, findings, runtime.get("dataloaders", {}),
-                                                           runtime.get("precision"))
-    meta["notes"] = notes
-    return calls, steps, side, findings, meta
+    capture = records_to_capture(records, findings, runtime.get("dataloaders", {}), runtime.get("precision"))
+    capture.meta.notes = notes
+    return capture
 
 
-def records_to_capture(records: list[dict], findings: list, dataloaders: dict, precision: dict | None = None):
+def records_to_capture(records: list[dict], findings: list, dataloaders: dict,
+                       precision: dict | None = None) -> Capture:
+    """The capture of the step records (as written to ``steps.jsonl``, calls already ``OpCall``)."""
     calls: list[OpCall] = []
     steps: list[Step] = []
     side: dict[int, dict] = {}
@@ -67,6 +68,6 @@ def records_to_capture(records: list[dict], findings: list, dataloaders: dict, p
             traces.append(record["trace"])   # steps recorded in one profiler session share one trace
     # every step written with its calls' overloads resolved (None: ambiguous): the analysis asks torch for none
     resolved = bool(records) and all(record.get("overloads_resolved") for record in records)
-    return calls, steps, side, list(findings), {"traces": traces, "dataloaders": dataloaders,
-                                                  "precision": precision, "memory": {"steps": memory},
-                                                  "overloads_resolved": resolved}
+    return Capture(calls, steps, side, list(findings),
+                   CaptureMeta(traces=traces, dataloaders=dataloaders, precision=precision,
+                               memory={"steps": memory}, overloads_resolved=resolved))
