@@ -186,6 +186,9 @@ def test_hf_trainer_bf16_scans(tmp_path):
     data = load_scan(tmp_path)
     assert _complete(data) == 2 and "c10::BFloat16" in _dtypes(data)
     assert data["summary"]["precision"]["recorded"] == ["bfloat16"]
+    # the optimizer the Trainer picks for a GPU (its default, fused AdamW), run as on the GPU
+    optimizer = {o["name"] for o in data["operators"] if o["phase"] == "optimizer"}
+    assert "aten::_fused_adamw_" in optimizer, sorted(optimizer)
 
 
 @pytest.mark.slow
