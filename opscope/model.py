@@ -331,10 +331,11 @@ class _Part(_Record):
     ``SchemaError`` names the JSON path of a bad value).  ``to_dict`` writes the JSON these
     sections always had: a section read from a file is written back key for key in the
     file's order (a field it lacked and nobody set stays absent); one built in code writes
-    its set fields in declaration order, plus those it always carries as null (``_ALWAYS``,
-    or named with ``writing``).
+    its set fields in declaration order, plus those it always carries as null (``_ALWAYS``, every
+    field with ``_ALWAYS_ALL``, or named with ``writing``).
     """
     _ALWAYS: ClassVar[frozenset[str]] = frozenset()
+    _ALWAYS_ALL: ClassVar[bool] = False   # every field is always written (None as null)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "$"):
@@ -350,10 +351,10 @@ class _Part(_Record):
 
     def to_dict(self) -> dict:
         read: tuple = getattr(self, "_read", ())
-        keep = set(read) if hasattr(self, "_read") else set(self._ALWAYS)
+        names = [f.name for f in dataclasses.fields(self)]   # type: ignore[arg-type]  # subclasses are dataclasses
+        keep = set(read) if hasattr(self, "_read") else set(names) if self._ALWAYS_ALL else set(self._ALWAYS)
         keep |= getattr(self, "_also", frozenset())
         unknown = getattr(self, "unknown_fields", {})
-        names = [f.name for f in dataclasses.fields(self)]   # type: ignore[arg-type]  # subclasses are dataclasses
         out = {}
         for key in [*read, *(n for n in names if n not in read)]:
             if key in unknown:
@@ -401,7 +402,7 @@ class ScanExit(_Part):
     code: int | None = None
     message: str | None = None
     where: str | None = None
-    _ALWAYS = frozenset({"kind", "code", "message", "where"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -473,7 +474,7 @@ class Verification(_Part):
 
     @classmethod
     def of(cls, value: Verification | dict | None) -> Verification | None:
-        return value if isinstance(value, Verification) or value is None else cls.from_dict(value, "$.verification")
+        return _optional_part(cls, value, "$.verification")
 
 
 @dataclass
@@ -483,7 +484,7 @@ class MemoryParts(_Part):
     gradients: int = 0
     optimizer_state: int = 0
     activations: int = 0
-    _ALWAYS = frozenset({"parameters", "gradients", "optimizer_state", "activations"})
+    _ALWAYS_ALL = True
 
     def items(self) -> list[tuple[str, int]]:
         """``(part, bytes)`` in the order the reports list them."""
@@ -496,7 +497,7 @@ class LayoutFit(_Part):
     and the bytes per card at that count (at the largest count when none holds it)."""
     cards: int | None = None
     per_card_bytes: int = 0
-    _ALWAYS = frozenset({"cards", "per_card_bytes"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -505,7 +506,7 @@ class MemoryHeadroom(_Part):
     runtime_bytes: int = 0
     hccl_bytes: int = 0
     assumption: str | None = None
-    _ALWAYS = frozenset({"runtime_bytes", "hccl_bytes", "assumption"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -525,9 +526,7 @@ class MemoryFit(_Part):
     peak_module: str | None = None
     peak_autograd_node: str | None = None
     basis: str | None = None
-    _ALWAYS = frozenset({"chip", "hbm_bytes", "capacity_bytes", "peak_bytes", "parts", "fits_one_card", "cards",
-                         "headroom", "peak_step", "peak_phase", "peak_where", "peak_module", "peak_autograd_node",
-                         "basis"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -552,7 +551,7 @@ class FakeMode(_Part):
     skipped_forwards: list[dict] = field(default_factory=list)   # repeated no-grad forwards not re-run
     timings: str | None = None
     factory_fake_mb: int | None = None
-    _ALWAYS = frozenset({"places", "optimizers", "collectives", "skipped_forwards", "timings", "factory_fake_mb"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -561,7 +560,7 @@ class LibraryOp(_Part):
     name: str | None = None
     verdict: str | None = None
     time_share: float = 0.0
-    _ALWAYS = frozenset({"name", "verdict", "time_share"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -575,7 +574,7 @@ class ThirdPartyLibrary(_Part):
     time_share: float = 0.0
     stand_in: bool = False           # not installed here: opscope's stand-in ran
     version_here: str | None = None
-    _ALWAYS = frozenset({"library", "install", "paired", "ops", "time_share", "stand_in", "version_here"})
+    _ALWAYS_ALL = True
 
 
 @dataclass
@@ -657,7 +656,7 @@ class ScanResult(_Record):
             value = getattr(self, name)
             if not isinstance(value, part):
                 setattr(self, name, part.from_dict(value, f"$.{name}"))
-        self.verification = Verification.of(self.verification)
+        self.verification = _optional_part(Verification, self.verification, "$.verification")
         self.memory_fit = _optional_part(MemoryFit, self.memory_fit, "$.memory_fit")
         self.fake_mode = _optional_part(FakeMode, self.fake_mode, "$.fake_mode")
         if self.third_party is not None:
