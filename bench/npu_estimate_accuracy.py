@@ -275,16 +275,17 @@ def alexnet_measured(shared: Path) -> dict:
             "transdata_kernels": sum(1 for r in rows if r.type == "TransData")}
 
 
-def alexnet_predicted(basis: dict, world: int) -> dict:
+def alexnet_predicted(basis, world: int) -> dict:
+    """The estimate of the AlexNet run's basis (``EstimateBasis``) on one card and on ``world`` cards."""
     from opscope.analysis.npu.estimate import price
     est = price(basis, "Ascend910B2", world_sizes=[1, world])
-    step = est["step"]
-    one, many = step["per_world_size"]
-    return {"computing_us": many["device_us"], "computing_1_us": step["device_us"], "ddp_us": many["ddp_vector_us"],
-            "shares": family_shares(step["kernel_types_us"], many["device_us"]), "bound": many["bound"],
-            "bound_1": one["bound"], "step_us": many["step_us"], "host_us": many["host_us"],
-            "communication_us": many["communication_us"], "exposed_us": many["exposed_communication_us"],
-            "transdata_kernels": step["transdata_kernels"], "calibration": est["calibration"]["fitted_on"]}
+    step = est.step
+    one, many = step.per_world_size
+    return {"computing_us": many.device_us, "computing_1_us": step.device_us, "ddp_us": many.ddp_vector_us,
+            "shares": family_shares(step.kernel_types_us, many.device_us), "bound": many.bound,
+            "bound_1": one.bound, "step_us": many.step_us, "host_us": many.host_us,
+            "communication_us": many.communication_us, "exposed_us": many.exposed_communication_us,
+            "transdata_kernels": step.transdata_kernels, "calibration": est.calibration["fitted_on"]}
 
 
 def main() -> None:
@@ -302,7 +303,7 @@ def main() -> None:
         run = Path(tempfile.mkdtemp(prefix="opscope-alexnet-")) / "run"
         scan_alexnet(run)
     result = read_scan_json(run)
-    basis = result.npu_estimate["basis"]
+    basis = result.npu_estimate.basis
     shipped = cost_model()
     samples = fit_samples(shared)
     world, world_source = world_size(shared / ALEXNET)

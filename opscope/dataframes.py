@@ -152,9 +152,10 @@ class Run:
         """Operators ranked by *estimated* NPU time on the scan's chip (``attrs``: chip, step figures)."""
         columns = ["kind", "operator", "input_shapes", "dtypes", "phase", "source", "calls_per_step", "kernels",
                    "npu_time_us", "cube_us", "vector_us", "aicpu_us", "transdata_us", "host_us", "reason", "fix"]
-        est = self.result.npu_estimate or {}
-        frame = _frame([{k: r.get(k) for k in columns} for r in est.get("rows") or []], columns)
-        frame.attrs.update({"chip": est.get("chip"), "step": est.get("step"), "estimate": True})
+        est = self.result.npu_estimate
+        frame = _frame([{k: getattr(r, k) for k in columns} for r in est.rows] if est else [], columns)
+        frame.attrs.update({"chip": est.chip if est else None, "step": est.step.to_dict() if est else None,
+                            "estimate": True})
         return frame
 
     @cached_property

@@ -555,6 +555,117 @@ class FakeMode(_Part):
 
 
 @dataclass
+class EstimateBatch(_Part):
+    """The batch size the FPS figures use, and where it was read (None: no forward input showed one)."""
+    value: int | None = None
+    evidence: str | None = None
+
+
+@dataclass
+class EstimateGradients(_Part):
+    """The gradient bytes DDP all-reduces each step, the parameters they cover and how they were counted."""
+    bytes: float = 0.0
+    parameters: int | None = None
+    evidence: str | None = None
+
+
+@dataclass
+class EstimateBasis(_Part):
+    """The chip-independent part of the NPU estimate (``analysis.npu.estimate.build_basis``), stored so that
+    ``opscope report --chip`` re-prices it without the script.  Its rows (the kernels each signature becomes,
+    with FLOPs, bytes, TransData and alternatives) are the estimator's own input: only ``price`` reads them."""
+    version: int | None = None
+    rows: list[dict] = field(default_factory=list)
+    patterns: list[dict] = field(default_factory=list)   # fusable op sequences matched in the op stream
+    batch: EstimateBatch = field(default_factory=EstimateBatch)
+    gradients: EstimateGradients = field(default_factory=EstimateGradients)
+    foreach_launches: list[str] = field(default_factory=list)   # foreach kernels the optimizer launches per step
+
+
+@dataclass
+class EstimateRow(_Part):
+    """One ranked row of the NPU estimate, per step: an operator signature (``kind`` "operator") or a group one fix
+    is for ("pattern": a fusable sequence, the optimizer's per-parameter ops, unaligned cube shapes at a line)."""
+    kind: str = "operator"
+    operator: str = ""
+    input_shapes: list | None = None
+    dtypes: list | None = None
+    phase: str | None = None
+    source: str | None = None
+    library: str | None = None
+    calls_per_step: float = 0.0
+    kernels: str = ""
+    npu_time_us: float = 0.0
+    cube_us: float = 0.0
+    vector_us: float = 0.0
+    aicpu_us: float = 0.0
+    transdata_us: float = 0.0
+    host_us: float = 0.0
+    reason: str | None = None
+    fix: str | None = None
+    reason_kinds: list[str] = field(default_factory=list)
+    weight_us: float | None = None    # what the operator weighs in the readiness score (None: its npu_time_us)
+    priced_by: str | None = None      # the kernel that costs it most and the rule that priced it
+
+
+@dataclass
+class EstimateWorld(_Part):
+    """The step on ``devices`` NPUs: DDP's all-reduce (and what of it backward does not hide), host, step, bound."""
+    devices: int = 1
+    communication_us: float = 0.0
+    exposed_communication_us: float = 0.0
+    link: str | None = None
+    host_us: float = 0.0
+    ddp_vector_us: float = 0.0
+    device_us: float | None = None   # absent in scans made before DDP's vector work was priced: the step's
+    step_us: float = 0.0
+    bound: str | None = None         # host, compute, memory, aicpu or communication
+    fps: float | None = None         # None: the batch size is unknown
+
+
+@dataclass
+class EstimateStep(_Part):
+    """A step's estimated NPU time by unit, its host launch time, and the step at each device count."""
+    device_us: float = 0.0
+    compute_us: float = 0.0
+    vector_us: float = 0.0
+    transdata_us: float = 0.0
+    transdata_kernels: float = 0.0
+    aicpu_us: float = 0.0
+    host_us: float = 0.0
+    kernels: float = 0.0
+    gradient_bytes: float = 0.0
+    batch: int | None = None
+    per_world_size: list[EstimateWorld] = field(default_factory=list)
+    kernel_types_us: dict[str, float] = field(default_factory=dict)   # per kernel type, costliest first
+
+    def world(self, devices: int) -> EstimateWorld | None:
+        """The step on ``devices`` NPUs (None: not priced for that count)."""
+        return next((w for w in self.per_world_size if w.devices == devices), None)
+
+
+@dataclass
+class NpuEstimate(_Part):
+    """What will be slow on one NPU chip, per signature and per step (``analysis.npu.estimate.price``): every
+    figure an estimate from shapes and dtypes, with the calibration error it carries."""
+    chip: str | None = None
+    family: str | None = None
+    rows: list[EstimateRow] = field(default_factory=list)   # by estimated NPU time, largest first
+    step: EstimateStep = field(default_factory=EstimateStep)
+    patterns: list[dict] = field(default_factory=list)
+    batch: EstimateBatch = field(default_factory=EstimateBatch)
+    gradients: EstimateGradients = field(default_factory=EstimateGradients)
+    calibration: dict = field(default_factory=dict)   # what the figures were fitted on, and their error
+    factors: dict[str, float] | None = None           # per-unit scaling from the user's own profiles
+    basis: EstimateBasis | None = None                 # None: a stored estimate that cannot be re-priced
+    label: str | None = None
+
+    def operator_rows(self) -> list[EstimateRow]:
+        """The rows of single operator signatures (no pattern groups): what weighs each operator in the score."""
+        return [r for r in self.rows if r.kind == "operator"]
+
+
+@dataclass
 class LibraryOp(_Part):
     """One operator a third-party library registered: its verdict and its share of the step's time."""
     name: str | None = None
@@ -635,7 +746,7 @@ class ScanResult(_Record):
     traces: list[str] = field(default_factory=list)
     verification: Verification | None = None
     notes: list[str] = field(default_factory=list)
-    npu_estimate: dict | None = None   # "what will be slow on <chip>": opscope.analysis.npu.estimate
+    npu_estimate: NpuEstimate | None = None   # "what will be slow on <chip>": opscope.analysis.npu.estimate
     fake_mode: FakeMode | None = None    # --mode fake: data-dependent places and the policy applied
     memory_fit: MemoryFit | None = None   # peak device memory per step, its parts, NPU cards needed
     # the port plan (analysis/plan/releases.py plan_for): releases that run every operator, the planned one
@@ -658,6 +769,7 @@ class ScanResult(_Record):
                 setattr(self, name, part.from_dict(value, f"$.{name}"))
         self.verification = _optional_part(Verification, self.verification, "$.verification")
         self.memory_fit = _optional_part(MemoryFit, self.memory_fit, "$.memory_fit")
+        self.npu_estimate = _optional_part(NpuEstimate, self.npu_estimate, "$.npu_estimate")
         self.fake_mode = _optional_part(FakeMode, self.fake_mode, "$.fake_mode")
         if self.third_party is not None:
             self.third_party = [_optional_part(ThirdPartyLibrary, lib, f"$.third_party[{i}]")

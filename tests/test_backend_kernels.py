@@ -221,8 +221,8 @@ def _judged_and_priced(ops, chip="910B2", steps=(1, 2)):
     from opscope.analysis.verdicts.support import assign_verdicts
     assign_verdicts(ops, TARGET)
     basis = build_basis(ops, [Step(index=i) for i in steps])
-    return ({op.name: op for op in ops}, {r["name"]: r for r in basis["rows"]},
-            {r["operator"]: r for r in price(basis, chip)["rows"] if r["kind"] == "operator"})
+    return ({op.name: op for op in ops}, {r["name"]: r for r in basis.rows},
+            {r.operator: r.to_dict() for r in price(basis, chip).operator_rows()})
 
 
 X = [32, 64, 28, 28]

@@ -52,12 +52,12 @@ def test_gradient_bytes_are_every_parameter_not_the_longest_list(clip):
     ops, params = _gpt2_xl_optimizer_phase(clip)
     basis = build_basis(ops, [Step(index=1), Step(index=2)])
     assert params == 1_476_457_600   # nanoGPT prints 1,476,302,400 decayed + 155,200 non-decayed
-    assert basis["gradients"]["bytes"] == 4 * params   # fp32 gradients: 5.9 GB, not 291 x 4 bytes
-    assert basis["gradients"]["parameters"] == 291
-    step = price(basis, "910B2")["step"]
-    assert step["gradient_bytes"] == 4 * params
-    eight = next(w for w in step["per_world_size"] if w["devices"] == 8)
-    assert eight["communication_us"] > 50_000   # a 5.9 GB ring all-reduce on 8 cards: tens of ms at least
+    assert basis.gradients.bytes == 4 * params   # fp32 gradients: 5.9 GB, not 291 x 4 bytes
+    assert basis.gradients.parameters == 291
+    step = price(basis, "910B2").step
+    assert step.gradient_bytes == 4 * params
+    eight = step.world(8)
+    assert eight is not None and eight.communication_us > 50_000   # a 5.9 GB ring all-reduce on 8 cards: tens of ms at least
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 from opscope.analysis.npu.compare import chip_and_source, compare, world_size
 from opscope.analysis.npu.cost import FITTED_PROFILES, Kernel, calibration_factors, cost_model, fitted_on
 from opscope.analysis.npu.estimate import price
+from opscope.model import EstimateBasis
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -49,12 +50,12 @@ def _export(root: Path, ranks: int, group: int | None = None, cores: int = 24, t
     return root
 
 
-def _basis(grad_bytes: float = 244e6) -> dict:
+def _basis(grad_bytes: float = 244e6) -> EstimateBasis:
     """A scan's estimate basis: one convolution backward (hides part of the all-reduce) and DDP's gradients."""
     conv = {"type": "Conv2DBackpropInput", "unit": "cube", "flops": 2e11, "bytes": 5e7, "dtype": "float32"}
-    return {"rows": [{"name": "aten::convolution_backward", "phase": "backward", "calls_per_step": 1.0,
-                      "kernels": [conv], "launches_per_step": 1.0}],
-            "gradients": {"bytes": grad_bytes, "parameters": 16}, "batch": {"value": 32}}
+    return EstimateBasis.from_dict({"rows": [{"name": "aten::convolution_backward", "phase": "backward",
+                                              "calls_per_step": 1.0, "kernels": [conv], "launches_per_step": 1.0}],
+                                    "gradients": {"bytes": grad_bytes, "parameters": 16}, "batch": {"value": 32}})
 
 
 def _step(cmp: dict, item: str) -> dict:
@@ -65,11 +66,11 @@ def test_one_rank_folder_of_a_two_rank_export_is_compared_at_two_devices(tmp_pat
     export = _export(tmp_path / "job", ranks=2)
     est = price(_basis(), "Ascend910B2")   # the scan's estimate: 1, 8 and 16 devices
     cmp = compare(est, export / "rank0_ascend_pt")
-    two = price(_basis(), "Ascend910B2", world_sizes=[2])["step"]["per_world_size"][0]
+    two = price(_basis(), "Ascend910B2", world_sizes=[2]).step.per_world_size[0]
     assert cmp["devices"] == 2 and "2 rank folder(s)" in cmp["devices_source"]
-    assert _step(cmp, "step")["estimated_us"] == pytest.approx(two["step_us"], abs=0.1)
+    assert _step(cmp, "step")["estimated_us"] == pytest.approx(two.step_us, abs=0.1)
     assert _step(cmp, "communication (not overlapped)")["estimated_us"] == pytest.approx(
-        two["exposed_communication_us"], abs=0.1) and two["exposed_communication_us"] > 0
+        two.exposed_communication_us, abs=0.1) and two.exposed_communication_us > 0
     # the same from the ASCEND_PROFILER_OUTPUT folder, a kernel_details.csv, or the folder of ranks
     for path in (export / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT",
                  export / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", export):
@@ -83,8 +84,8 @@ def test_the_hccl_group_gives_the_world_size_when_only_some_ranks_were_exported(
     assert world == 8 and "HCCL group of 8 ranks" in source and "6 rank(s) were not exported" in source
     est = price(_basis(), "Ascend910B2", world_sizes=[1])
     cmp = compare(est, export)
-    eight = price(_basis(), "Ascend910B2", world_sizes=[8])["step"]["per_world_size"][0]
-    assert cmp["devices"] == 8 and _step(cmp, "step")["estimated_us"] == pytest.approx(eight["step_us"], abs=0.1)
+    eight = price(_basis(), "Ascend910B2", world_sizes=[8]).step.per_world_size[0]
+    assert cmp["devices"] == 8 and _step(cmp, "step")["estimated_us"] == pytest.approx(eight.step_us, abs=0.1)
     # --devices wins over the profile
     assert compare(est, export, devices=2)["devices"] == 2
 
@@ -95,10 +96,10 @@ def test_any_world_size_is_priced_with_the_estimates_calibration_factors(tmp_pat
     factors = {"cube": 2.0, "vector": 1.5}
     est = price(_basis(), "Ascend910B2", factors)
     cmp = compare(est, export)
-    want = price(_basis(), "Ascend910B2", factors, world_sizes=[world])["step"]["per_world_size"][0]
+    want = price(_basis(), "Ascend910B2", factors, world_sizes=[world]).step.per_world_size[0]
     assert cmp["devices"] == world
-    assert _step(cmp, "computing")["estimated_us"] == pytest.approx(want["device_us"], abs=0.1)
-    assert _step(cmp, "step")["estimated_us"] == pytest.approx(want["step_us"], abs=0.1)
+    assert _step(cmp, "computing")["estimated_us"] == pytest.approx(want.device_us, abs=0.1)
+    assert _step(cmp, "step")["estimated_us"] == pytest.approx(want.step_us, abs=0.1)
 
 
 def test_transfers_are_compared_without_the_waits_and_a_single_device_job_has_no_communication(tmp_path):
@@ -123,7 +124,7 @@ def test_calibration_lines_state_what_the_figures_were_fitted_on(tmp_path):
     assert line == fitted_on() and "AlexNet" in line and "LLM" in line and "held out: LLM rank 2" in line
     assert list(cost_model()["calibration"])[0] == "fitted_on"   # first in every report's calibration line
     est = price(_basis(), "Ascend910B2")
-    assert est["calibration"]["fitted_on"] == line
+    assert est.calibration["fitted_on"] == line
     # comparing with a profile the figures were fitted on says so
     fitted = _export(tmp_path / FITTED_PROFILES["alexnet_l1"]["path"].rsplit("/", 1)[0], ranks=2)
     cmp = compare(est, fitted)

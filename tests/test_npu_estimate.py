@@ -3,6 +3,7 @@ Ascend profiles: every expected figure is computed here from the raw CSVs."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 import statistics
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, SHARED, load_scan, run_opscope
-from opscope.model import Operator, Step
+from opscope.model import EstimateBasis, Operator, Step
 
 ALEX = SHARED / "data/ascend_profiles/alexnet_ddp_2rank/text/level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
 LLM = str(SHARED / "data/ascend_profiles/llm_megatron_4rank_level2/rank_{}_ascend_pt/ASCEND_PROFILER_OUTPUT")
@@ -158,16 +159,17 @@ def test_alexnet_step_estimate_matches_the_real_npu_run():
 
     basis = build_basis(_alexnet_operators(), [Step(index=1), Step(index=2)])
     est = price(basis, "Ascend910B2", world_sizes=[1, 2])
-    step = est["step"]
-    predicted_cube = sum(v for k, v in step["kernel_types_us"].items() if k in CUBE | {"BatchMatMulV2"})
-    two = {w["devices"]: w for w in step["per_world_size"]}[2]   # the measured run: DDP over 2 NPUs
-    assert step["transdata_kernels"] == len(transdata)
-    assert abs(two["device_us"] / computing - 1) <= 0.30
-    assert abs(step["transdata_us"] / two["device_us"] - transdata_share) <= 0.05
-    assert abs(predicted_cube / two["device_us"] - cube_share) <= 0.10
-    assert two["bound"] != "compute"
-    assert step["gradient_bytes"] == sum(math.prod(s) for s in [r for r in _alexnet_param_shapes()]) * 4
-    assert step["batch"] == 32
+    step = est.step
+    predicted_cube = sum(v for k, v in step.kernel_types_us.items() if k in CUBE | {"BatchMatMulV2"})
+    two = step.world(2)   # the measured run: DDP over 2 NPUs
+    assert two is not None and two.device_us is not None
+    assert step.transdata_kernels == len(transdata)
+    assert abs(two.device_us / computing - 1) <= 0.30
+    assert abs(step.transdata_us / two.device_us - transdata_share) <= 0.05
+    assert abs(predicted_cube / two.device_us - cube_share) <= 0.10
+    assert two.bound != "compute"
+    assert step.gradient_bytes == sum(math.prod(s) for s in [r for r in _alexnet_param_shapes()]) * 4
+    assert step.batch == 32
 
 
 def _alexnet_param_shapes():
@@ -179,10 +181,10 @@ def _alexnet_param_shapes():
 def test_910a_prices_matmul_format_conversions_and_a_slower_chip_is_slower():
     from opscope.analysis.npu.estimate import build_basis, price
     basis = build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])
-    b2, b4, a = (price(basis, chip)["step"] for chip in ("910B2", "910B4", "910A"))
-    assert b4["device_us"] > b2["device_us"]             # half the HBM bandwidth, fewer cores
-    assert a["kernel_types_us"].get("TransData", 0) > 0   # ND <-> FRACTAL_NZ around each matmul
-    assert a["device_us"] > b2["device_us"]
+    b2, b4, a = (price(basis, chip).step for chip in ("910B2", "910B4", "910A"))
+    assert b4.device_us > b2.device_us             # half the HBM bandwidth, fewer cores
+    assert a.kernel_types_us.get("TransData", 0) > 0   # ND <-> FRACTAL_NZ around each matmul
+    assert a.device_us > b2.device_us
 
 
 @pytest.fixture(scope="module")
@@ -348,18 +350,18 @@ def test_a_matmul_outside_the_cube_dtypes_falls_to_ai_cpu(dtype, slow):
     from opscope.analysis.npu.estimate import estimate
     op = Operator(name="aten::mm", input_shapes=[[1024, 1024], [1024, 1024]], dtypes=[dtype, dtype], phase="forward",
                   calls=1, steps=[2], source="train.py:3", verdict="native")
-    row = estimate([op], [Step(index=1), Step(index=2)])["rows"][0]
-    assert ("AI CPU" in row["reason"]) is slow
-    assert (row["aicpu_us"] > 0) is slow and (row["cube_us"] > 0) is not slow
+    row = estimate([op], [Step(index=1), Step(index=2)]).rows[0]
+    assert ("AI CPU" in (row.reason or "")) is slow
+    assert (row.aicpu_us > 0) is slow and (row.cube_us > 0) is not slow
 
 
 def test_per_parameter_sgd_ops_become_one_optimizer_row_naming_the_fused_optimizer():
     from opscope.analysis.npu.estimate import build_basis, price
-    rows = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)]))["rows"]
-    optimizer = [r for r in rows if r["operator"].startswith("optimizer step")]
-    assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in optimizer[0]["fix"]
-    members = [r for r in rows if r["phase"] == "optimizer" and r["kind"] == "operator"]
-    assert optimizer[0]["npu_time_us"] == pytest.approx(sum(r["npu_time_us"] for r in members), abs=0.1)
+    rows = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])).rows
+    optimizer = [r for r in rows if r.operator.startswith("optimizer step")]
+    assert len(optimizer) == 1 and "torch_npu.optim.NpuFusedSGD" in (optimizer[0].fix or "")
+    members = [r for r in rows if r.phase == "optimizer" and r.kind == "operator"]
+    assert optimizer[0].npu_time_us == pytest.approx(sum(r.npu_time_us for r in members), abs=0.1)
 
 
 # --- issue #33: structural pricing errors (constructed signatures, not held-out numbers) ---
@@ -371,8 +373,7 @@ def _op(name, shapes, dtypes=None, phase="forward", parent=None, verdict="native
 
 def _rows(ops):
     from opscope.analysis.npu.estimate import build_basis, price
-    return [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
-            if r["kind"] == "operator"]
+    return [r.to_dict() for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2").operator_rows()]
 
 
 X = [64, 256, 56, 56]
@@ -551,7 +552,7 @@ def test_upsampling_writes_its_output_size_not_its_input_size():
     by_scale = _op("aten::upsample_nearest2d", [x, [], []], ["float", "", "ScalarList"],
                    scalars=[None, None, [4.0, 4.0]])
     for op in (by_size, by_scale):
-        kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+        kernel = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]["kernels"][0]
         assert kernel["bytes"] == (math.prod(x) + 16 * 64 * 256 * 256) * 4
 
 
@@ -563,7 +564,7 @@ def test_decode_attention_reads_k_and_v_once_and_is_not_an_unaligned_sequence():
     q, kv = [b, h, 1, d], [b, h, t, d]
     op = _op("aten::scaled_dot_product_attention", [q, kv, kv, [], [], [], []],
              ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", ""], scalars=[None, None, None, None, 0.0, False, None])
-    row = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]
+    row = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]
     kernel = row["kernels"][0]
     assert kernel["type"] == "FlashAttentionScore"
     assert kernel["bytes"] == (2 * b * h * 1 * d + 2 * b * h * t * d) * 2   # q and its output, K and V once
@@ -575,7 +576,7 @@ def test_attention_gradient_reads_its_inputs_and_writes_dq_dk_dv():
     x = [4, 16, 1024, 128]
     op = _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [x, x, x, x, x, [4, 16, 1024]],
              ["float"] * 6, phase="backward")
-    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    kernel = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]["kernels"][0]
     n = math.prod(x)
     assert kernel["type"] == "FlashAttentionScoreGrad"
     assert kernel["bytes"] == (5 * n + 4 * 16 * 1024 + 3 * n) * 4
@@ -606,10 +607,10 @@ def test_a_densenet_class_step_of_thousands_of_launches_is_not_host_bound_when_i
     conv = _op("aten::convolution", [[64, 128, 14, 14], [32, 128, 3, 3], [], [], [], [], [], [], []],
                ["float"] * 3 + ["Scalar"] * 6, calls=3600, scalars=[None, None, None, [1, 1], [1, 1], [1, 1], False,
                                                                     [0, 0], 1])
-    step = price(build_basis([conv], [Step(index=1), Step(index=2)]), "Ascend910B2")["step"]
-    one = step["per_world_size"][0]
-    assert step["host_us"] == pytest.approx(3600 * host["launch_us_per_op"], rel=0.01)
-    assert one["bound"] != "host" and one["device_us"] > step["host_us"]
+    step = price(build_basis([conv], [Step(index=1), Step(index=2)]), "Ascend910B2").step
+    one = step.per_world_size[0]
+    assert step.host_us == pytest.approx(3600 * host["launch_us_per_op"], rel=0.01)
+    assert one.bound != "host" and (one.device_us or 0) > step.host_us
 
 
 def test_conv_format_conversions_are_priced_each_call_on_910b_and_persist_on_910a():
@@ -618,14 +619,15 @@ def test_conv_format_conversions_are_priced_each_call_on_910b_and_persist_on_910
     from opscope.analysis.npu.estimate import build_basis, price
     basis = build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)])
     b2, a = (price(basis, chip) for chip in ("910B2", "910A"))
-    conv_rows = lambda est: [r for r in est["rows"] if r["kind"] == "operator" and "Conv2D" in r["kernels"]]  # noqa: E731
-    assert all(r["transdata_us"] > 0 for r in conv_rows(b2))
-    assert all(r["transdata_us"] == 0 and "TransData per call" not in r["reason"] for r in conv_rows(a))
+    conv_rows = lambda est: [r for r in est.operator_rows() if "Conv2D" in r.kernels]  # noqa: E731
+    assert all(r.transdata_us > 0 for r in conv_rows(b2))
+    assert all(r.transdata_us == 0 and "TransData per call" not in (r.reason or "") for r in conv_rows(a))
     # the matmuls still convert to FRACTAL_NZ on the 910A
-    assert any(r["transdata_us"] > 0 for r in a["rows"] if r["kind"] == "operator" and "MatMul" in r["kernels"])
+    assert any(r.transdata_us > 0 for r in a.operator_rows() if "MatMul" in r.kernels)
     # a basis stored before the rule was named is priced as it was (conversions on every chip)
-    old = {**basis, "rows": [{k: v for k, v in r.items() if k != "transdata_rule"} for r in basis["rows"]]}
-    assert price(old, "910A")["step"]["transdata_kernels"] > a["step"]["transdata_kernels"]
+    old = basis.to_dict()
+    old["rows"] = [{k: v for k, v in r.items() if k != "transdata_rule"} for r in old["rows"]]
+    assert price(EstimateBasis.from_dict(old), "910A").step.transdata_kernels > a.step.transdata_kernels
 
 
 # --- issue #33 class 6: a vector kernel re-run on tensors within L2 reads them from there ---
@@ -689,10 +691,10 @@ def test_only_forward_repeats_are_priced_from_l2():
     calls = [_call("aten::add", [x, x], count=10, repeats=9),
              _call("aten::add_", [x, x], phase="optimizer", count=10, repeats=9)]
     basis = build_basis(ops, [Step(index=1), Step(index=2)], calls)
-    warm = {r["name"]: r["kernels"][0].get("warm", 0.0) for r in basis["rows"]}
+    warm = {r["name"]: r["kernels"][0].get("warm", 0.0) for r in basis.rows}
     assert warm == {"aten::add": 0.9, "aten::add_": 0.0}
-    rows = {r["operator"]: r for r in price(basis, "910B2")["rows"] if r["kind"] == "operator"}
-    assert "90% of launches re-run on tensors in the 192 MiB L2" in rows["aten::add"]["priced_by"]
+    rows = {r.operator: r for r in price(basis, "910B2").operator_rows()}
+    assert "90% of launches re-run on tensors in the 192 MiB L2" in (rows["aten::add"].priced_by or "")
 
 
 def test_profile_kernels_mark_a_kernel_that_repeats_the_one_before():
@@ -732,7 +734,7 @@ def test_batch_norm_and_dropout_kernels_move_what_their_prototypes_read_and_writ
                    ["float"] * 7 + ["Scalar", "Scalar", "ScalarList"], phase="backward")
     dropout = _op("aten::native_dropout", [x, [], []], ["float", "Scalar", "Scalar"])
     rows = {r["name"]: r["kernels"] for r in build_basis([forward, backward, dropout],
-                                                         [Step(index=1), Step(index=2)])["rows"]}
+                                                         [Step(index=1), Step(index=2)]).rows}
     assert [(k["type"], k["bytes"] / size) for k in rows["aten::native_batch_norm"]] == \
         [("BNTrainingReduce", 1.0), ("BNTrainingUpdate", 2.0)]
     assert [(k["type"], k["bytes"] / size) for k in rows["aten::native_batch_norm_backward"]] == \
@@ -798,7 +800,7 @@ def test_dropout_with_p_zero_or_outside_training_launches_nothing():
     ops = [_op("aten::dropout", [x, [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.0, True]),
            _op("aten::dropout", [x + [2], [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, False]),
            _op("aten::dropout", [x + [3], [], []], ["float", "Scalar", "Scalar"], scalars=[None, 0.1, True])]
-    rows = build_basis(ops, [Step(index=1), Step(index=2)])["rows"]
+    rows = build_basis(ops, [Step(index=1), Step(index=2)]).rows
     assert [r["input_shapes"][0] for r in rows] == [x + [3]]
 
 
@@ -806,7 +808,7 @@ def test_cat_reads_and_writes_its_tensor_list():
     from opscope.analysis.npu.estimate import build_basis
     parts = [[64, 128, 28, 28]] + [[64, 32, 28, 28]] * 8
     op = _op("aten::cat", [parts, []], ["TensorList", "Scalar"], scalars=[None, 1])
-    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    kernel = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]["kernels"][0]
     size = sum(math.prod(p) for p in parts) * 4
     assert kernel["type"] == "ConcatD" and kernel["bytes"] == 2 * size and kernel["written"] == size
 
@@ -855,7 +857,7 @@ def test_a_linear_weight_is_cast_to_fractal_nz_once_on_910a_not_each_call():
     from opscope.analysis.npu.estimate import build_basis
     x, w = [4096, 1024], [4096, 1024]
     rows = {r["name"]: r for r in build_basis([_op("aten::linear", [x, w, [4096]]), _op("aten::mm", [x, [1024, 512]])],
-                                              [Step(index=1), Step(index=2)])["rows"]}
+                                              [Step(index=1), Step(index=2)]).rows}
     assert [k["note"] for k in rows["aten::linear"]["transdata_910a"]] == \
         ["4096x1024 <-> FRACTAL_NZ", "4096x4096 <-> FRACTAL_NZ"]
     assert len(rows["aten::mm"]["transdata_910a"]) == 3
@@ -868,7 +870,7 @@ def test_select_backward_zeroes_the_input_size_and_copies_the_gradient_in():
     grad, full = [64, 768], [64, 197, 768]
     op = _op("aten::select_backward", [grad, [], [], []], ["float", "ScalarList", "Scalar", "Scalar"],
              phase="backward", scalars=[None, full, 1, 0])
-    kernels = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"]
+    kernels = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]["kernels"]
     assert [(k["type"], k["bytes"]) for k in kernels] == [("MemSet", math.prod(full) * 4),
                                                           ("ViewCopy", 2 * math.prod(grad) * 4)]
 
@@ -882,17 +884,17 @@ def test_unaligned_summary_rows_keep_matmuls_and_attention_apart_and_price_the_p
            _op("aten::scaled_dot_product_attention", [q, q, q], ["float"] * 3),
            _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [q, q, q, q, q, [64, 12, 197]],
                ["float"] * 6, phase="backward")]
-    rows = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
-            if r["kind"] == "pattern" and r["operator"].startswith("unaligned")]
+    rows = [r.to_dict() for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2").rows
+            if r.kind == "pattern" and r.operator.startswith("unaligned")]
     by_name = {r["operator"]: r for r in rows}
     assert set(by_name) == {"unaligned matmuls (K=3000, N=3000)", "unaligned attention calls (D=64, S=197)"}, by_name
     mm = by_name["unaligned matmuls (K=3000, N=3000)"]
     assert "multiples of 256" in mm["reason"] and "pad K and N" in mm["fix"]
     att = by_name["unaligned attention calls (D=64, S=197)"]
     assert "multiples of 128" in att["reason"] and "head dim" in att["fix"]
-    members = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2")["rows"]
-               if r["kind"] == "operator" and r["operator"] == "aten::mm"]
-    assert mm["npu_time_us"] == pytest.approx(sum(r["cube_us"] for r in members) * (1 - 1 / 1.3), rel=1e-3)
+    members = [r for r in price(build_basis(ops, [Step(index=1), Step(index=2)]), "910B2").operator_rows()
+               if r.operator == "aten::mm"]
+    assert mm["npu_time_us"] == pytest.approx(sum(r.cube_us for r in members) * (1 - 1 / 1.3), rel=1e-3)
 
 
 def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
@@ -905,15 +907,15 @@ def test_attention_on_a_910a_runs_the_math_path_not_the_a2_only_fused_kernel():
            _op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [q, q, q, q, q, [64, 12, 197]],
                ["float"] * 6, phase="backward")]
     basis = build_basis(ops, [Step(index=1), Step(index=2)])
-    b2 = {r["operator"]: r for r in price(basis, "910B2")["rows"] if r["kind"] == "operator"}
-    a = {r["operator"]: r for r in price(basis, "910A")["rows"] if r["kind"] == "operator"}
+    b2 = {r.operator: r.to_dict() for r in price(basis, "910B2").operator_rows()}
+    a = {r.operator: r.to_dict() for r in price(basis, "910A").operator_rows()}
     fwd, bwd = "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
     assert b2[fwd]["kernels"] == "FlashAttentionScore" and "no-fused-kernel" not in b2[fwd]["reason_kinds"]
     assert a[fwd]["kernels"] == "BatchMatMulV2, SoftmaxV2" and a[bwd]["kernels"] == "BatchMatMulV2, SoftmaxGrad"
     assert "Atlas A2 and later only" in a[fwd]["reason"] and a[fwd]["transdata_us"] > 0
     # the fused kernel's alignment rule (D, S multiples of 128) is not the math path's
     assert "unaligned attention" in b2[fwd]["reason"] and "unaligned attention" not in a[fwd]["reason"]
-    kernels = next(r for r in basis["rows"] if r["name"] == fwd)["alternative"]["kernels"]
+    kernels = next(r for r in basis.rows if r["name"] == fwd)["alternative"]["kernels"]
     heads, s, d = 64 * 12, 197, 64
     assert [k["flops"] for k in kernels if k["type"] == "BatchMatMulV2"] == [2.0 * heads * s * d * s] * 2
     assert sum(1 for k in kernels if k["type"] == "TransData") == 6
@@ -929,8 +931,8 @@ def test_batch_norm_takes_nchw_as_it_is_on_910b():
     backward = _op("aten::native_batch_norm_backward", [x, x, [256], [256], [256], [256], [256], [], [], []],
                    ["float"] * 7 + ["Scalar", "Scalar", "ScalarList"], phase="backward")
     basis = build_basis([forward, backward], [Step(index=1), Step(index=2)])
-    assert all(r["transdata"] == [] for r in basis["rows"])
-    assert price(basis, "910B2")["step"]["transdata_kernels"] == 0
+    assert all(r["transdata"] == [] for r in basis.rows)
+    assert price(basis, "910B2").step.transdata_kernels == 0
 
 
 def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
@@ -940,7 +942,7 @@ def test_a_linear_backward_reads_the_weight_already_in_fractal_nz_on_910a():
     w, grad = [4096, 1024], [512, 4096]
     ops = [_op("aten::mm", [grad, w], phase="backward"),
            _op("aten::add_", [w, w], phase="optimizer", calls=1)]
-    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")
+    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)]).rows if r["name"] == "aten::mm")
     assert [k["note"] for k in row["transdata_910a"]] == ["512x4096 <-> FRACTAL_NZ", "512x1024 <-> FRACTAL_NZ"]
 
 
@@ -953,17 +955,17 @@ def test_a_signature_is_free_only_when_none_of_its_calls_launches():
     calls = [_call("aten::dropout", [x, [], []], step=2, count=1), _call("aten::dropout", [x, [], []], step=2, count=12)]
     calls[0].dtypes = calls[1].dtypes = ["float", "Scalar", "Scalar"]
     calls[0].scalars, calls[1].scalars = [None, 0.1, False], [None, 0.1, True]
-    rows = build_basis([op], [Step(index=1), Step(index=2)], calls)["rows"]
+    rows = build_basis([op], [Step(index=1), Step(index=2)], calls).rows
     assert len(rows) == 1 and rows[0]["calls_per_step"] == 13
     calls[1].scalars = [None, 0.0, True]   # every call a no-op: no row
-    assert build_basis([op], [Step(index=1), Step(index=2)], calls)["rows"] == []
+    assert build_basis([op], [Step(index=1), Step(index=2)], calls).rows == []
 
 
 def test_new_zeros_writes_its_size_argument():
     from opscope.analysis.npu.estimate import build_basis
     op = _op("aten::new_zeros", [[1], [], [], [], [], []], ["float"] + ["ScalarList"] + [""] * 4,
              scalars=[None, [4096, 4096], None, None, None, None])
-    kernel = build_basis([op], [Step(index=1), Step(index=2)])["rows"][0]["kernels"][0]
+    kernel = build_basis([op], [Step(index=1), Step(index=2)]).rows[0]["kernels"][0]
     assert (kernel["type"], kernel["bytes"]) == ("ZerosLike", 4096 * 4096 * 4)
 
 
@@ -983,5 +985,33 @@ def test_a_weight_gradient_product_converts_its_activation_even_when_shaped_like
     from opscope.analysis.npu.estimate import build_basis
     ops = [_op("aten::mm", [[256, 256], [256, 784]], phase="backward"),
            _op("aten::add_", [[256, 784], [256, 784]], phase="optimizer")]
-    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)])["rows"] if r["name"] == "aten::mm")
+    row = next(r for r in build_basis(ops, [Step(index=1), Step(index=2)]).rows if r["name"] == "aten::mm")
     assert len(row["transdata_910a"]) == 3
+
+
+def test_the_estimate_is_a_typed_section_that_round_trips_through_scan_json(tmp_path):
+    """``ScanResult.npu_estimate`` is an ``NpuEstimate`` read through the checked builder: written and read back it
+    is the same JSON, key for key (rows of both kinds keep their own keys), and a bad value is a one-line input
+    error naming its JSON path."""
+    from opscope.analysis.npu.estimate import build_basis, price
+    from opscope.errors import InputError
+    from opscope.model import EstimateRow, EstimateWorld, NpuEstimate, ScanResult
+    from opscope.schema import load_scan as load_result
+    est = price(build_basis(_alexnet_operators(batch=8), [Step(index=1), Step(index=2)]), "910B2")
+    assert isinstance(est, NpuEstimate) and all(isinstance(r, EstimateRow) for r in est.rows)
+    assert isinstance(est.step.world(8), EstimateWorld) and est.step.world(3) is None
+    assert {r.kind for r in est.rows} == {"operator", "pattern"}
+    doc = ScanResult(npu_estimate=est).to_dict()["npu_estimate"]
+    assert list(doc) == ["chip", "family", "rows", "step", "patterns", "batch", "gradients", "calibration", "factors",
+                         "basis", "label"]
+    pattern = next(r for r in doc["rows"] if r["kind"] == "pattern")
+    assert "priced_by" not in pattern and pattern["input_shapes"] is None   # a pattern row writes only its keys
+    back = ScanResult(npu_estimate=json.loads(json.dumps(doc))).npu_estimate
+    assert back is not None and json.dumps(back.to_dict()) == json.dumps(doc)
+    assert back.step.per_world_size[0].bound == est.step.per_world_size[0].bound
+    scan = ScanResult(npu_estimate=est).to_dict()
+    scan["npu_estimate"]["step"]["per_world_size"][1]["step_us"] = "slow"
+    (tmp_path / "scan.json").write_text(json.dumps(scan))
+    with pytest.raises(InputError) as bad:
+        load_result(tmp_path)
+    assert "$.npu_estimate.step.per_world_size[1].step_us" in str(bad.value)

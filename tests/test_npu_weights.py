@@ -6,7 +6,7 @@ import sys
 
 from conftest import EXAMPLES, load_scan, run_opscope
 from opscope.analysis.npu.weights import assign_npu_times
-from opscope.model import Operator
+from opscope.model import NpuEstimate, Operator
 
 
 def test_weights_come_from_the_estimate_rows_and_never_from_the_clock():
@@ -15,12 +15,12 @@ def test_weights_come_from_the_estimate_rows_and_never_from_the_clock():
            Operator(name="aten::huber_loss", overload=None, input_shapes=[[4]], dtypes=["float"], phase="forward",
                     source="t.py:4", self_time_us=5.0, verdict="cpu-fallback"),
            Operator(name="aten::empty", overload=None, phase="other", source="t.py:1", self_time_us=50.0)]
-    estimate = {"rows": [
+    estimate = NpuEstimate.from_dict({"rows": [
         {"kind": "operator", "operator": "aten::mm", "input_shapes": [[4, 4], [4, 4]], "dtypes": ["float", "float"],
          "phase": "forward", "source": "t.py:3", "npu_time_us": 12.0, "host_us": 127.0, "weight_us": 12.0},
         {"kind": "operator", "operator": "aten::huber_loss", "input_shapes": [[4]], "dtypes": ["float"],
          "phase": "forward", "source": "t.py:4", "npu_time_us": 0.0, "host_us": 300.0, "weight_us": 45.0},
-        {"kind": "pattern", "operator": "fused thing", "npu_time_us": 7.0}]}
+        {"kind": "pattern", "operator": "fused thing", "npu_time_us": 7.0}]})
     assert assign_npu_times(ops, estimate)
     assert [op.npu_time_us for op in ops] == [12.0, 45.0, 0.0]   # the fallback: its copies and sync, no CPU time
     assert not assign_npu_times(ops, None) and ops[0].npu_time_us is None   # no estimate: measured time again

@@ -368,7 +368,7 @@ def retarget(result: ScanResult, target: str) -> None:
     from opscope.analysis.verdicts.support import refreshed_summary
     result.summary = refreshed_summary(result, old)
     result.settings.target = version
-    if isinstance(result.npu_estimate, dict) and isinstance(result.npu_estimate.get("basis"), dict):
+    if result.npu_estimate is not None and result.npu_estimate.basis is not None:
         _rebuild_basis(result)
     _add_third_party(result)
     if result.plan is not None:
@@ -380,5 +380,5 @@ def _rebuild_basis(result: ScanResult) -> None:
     falls back on one release and runs natively on another is priced differently, or not at all below its
     parent); what the scan read from its op stream is carried over (``rebuild_basis``)."""
     from opscope.analysis.npu.estimate import rebuild_basis
-    assert isinstance(result.npu_estimate, dict)
-    result.npu_estimate["basis"] = rebuild_basis(result.operators, result.steps, result.npu_estimate["basis"])
+    assert result.npu_estimate is not None and result.npu_estimate.basis is not None
+    result.npu_estimate.basis = rebuild_basis(result.operators, result.steps, result.npu_estimate.basis)

@@ -88,17 +88,16 @@ def _estimate_vs_profile(args, out: Path):
     from opscope.analysis.npu.estimate import estimate, price
     from opscope.report.json_out import read_scan_json
     result = read_scan_json(scan_json)
-    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    est = result.npu_estimate
     if args.chip:
         chip, chip_source = args.chip, "given with --chip"
     else:
         chip, chip_source = chip_and_source(b)
         if chip is None:   # the profile does not say: the chip the scan was estimated for
-            chip = est.get("chip") if est and isinstance(est.get("chip"), str) else None
+            chip = est.chip if est else None
             chip_source += f"; the scan's chip ({chip or 'the default'})"
     try:
-        est = price(est["basis"], chip) if est and est.get("basis") else estimate(result.operators, result.steps,
-                                                                                   None, chip)
+        est = price(est.basis, chip) if est and est.basis else estimate(result.operators, result.steps, None, chip)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
         from opscope.errors import InputError
         raise InputError(scan_json, f"npu_estimate cannot be priced ({type(exc).__name__})",

@@ -52,14 +52,14 @@ def _npu_estimate(result, args) -> None:
     from opscope.errors import InputError
     from opscope.scanning import calibration_file
     calibration = calibration_file(args.calibration)
-    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else None
+    est = result.npu_estimate
     if args.chip:
         resolve_chip(args.chip)   # an unknown chip is a one-line error, estimate or not
-    if (args.chip or calibration or args.target) and est and est.get("basis"):
-        chip = args.chip or est.get("chip")
-        factors, source = calibration_factors(calibration, chip if isinstance(chip, str) else None)
+    if (args.chip or calibration or args.target) and est and est.basis:
+        chip = args.chip or est.chip
+        factors, source = calibration_factors(calibration, chip)
         try:
-            result.npu_estimate = price(est["basis"], chip, factors, calibrated_with=source)
+            result.npu_estimate = price(est.basis, chip, factors, calibrated_with=source)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
             raise InputError(Path(args.run_dir), f"npu_estimate.basis cannot be priced ({type(exc).__name__})",
                              fix="re-run `opscope scan` to store a fresh estimate") from None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from opscope.model import NpuEstimate
+
 HEADERS = ["#", "what (estimate)", "where", "est. NPU ms/step", "kernels", "why it is slow", "fix"]
 TOP = 12
 
@@ -35,9 +37,9 @@ def _ms(us) -> str:
 def build(result, top: int | None = TOP) -> Section | None:
     """The section's content, or None when the scan has no estimate (an older scan.json); a stored
     estimate that cannot be read gives a section saying so, never a failed report."""
-    est = getattr(result, "npu_estimate", None) or {}
-    if not isinstance(est, dict):
-        est = {"rows": [], "step": {"broken": True}}
+    est = result.npu_estimate
+    if est is None:
+        return None
     try:
         return _build(est, top)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
@@ -46,40 +48,39 @@ def build(result, top: int | None = TOP) -> Section | None:
                                   "run `opscope scan` again to store a fresh one."])
 
 
-def _build(est: dict, top: int | None) -> Section | None:
+def _build(est: NpuEstimate, top: int | None) -> Section | None:
     from opscope.analysis.npu.estimate import bound_sentence
-    if not est.get("rows") and not est.get("step"):
+    step = est.step
+    if not est.rows and step.is_empty():
         return None
-    step = est.get("step") or {}
-    chip = est.get("chip") or "?"
-    batch = (est.get("batch") or {})
+    chip = est.chip or "?"
+    batch = est.batch
     sentences = [bound_sentence(est, 1) + "."]
-    sentences.append(f"Estimated NPU work per step: {_ms(step.get('device_us'))} ms (cube {_ms(step.get('compute_us'))}, "
-                     f"vector {_ms(step.get('vector_us'))}, TransData {_ms(step.get('transdata_us'))} in "
-                     f"{step.get('transdata_kernels', 0):.0f} inserted kernels, AI CPU {_ms(step.get('aicpu_us'))}); "
-                     f"host launch {_ms(step.get('host_us'))} ms for the step's operators.")
-    if batch.get("value"):
-        sentences.append(f"FPS = batch x devices / step, batch {batch['value']} ({batch.get('evidence', '')}).")
+    sentences.append(f"Estimated NPU work per step: {_ms(step.device_us)} ms (cube {_ms(step.compute_us)}, "
+                     f"vector {_ms(step.vector_us)}, TransData {_ms(step.transdata_us)} in "
+                     f"{step.transdata_kernels:.0f} inserted kernels, AI CPU {_ms(step.aicpu_us)}); "
+                     f"host launch {_ms(step.host_us)} ms for the step's operators.")
+    if batch.value:
+        sentences.append(f"FPS = batch x devices / step, batch {batch.value} ({batch.evidence or ''}).")
     else:
-        sentences.append(f"FPS not computed: {batch.get('evidence', 'batch size unknown')}.")
-    grads = est.get("gradients") or {}
-    if grads.get("bytes"):
-        sentences.append(f"DDP all-reduce of {grads['bytes'] / 1e6:,.0f} MB of gradients ({grads.get('parameters')} "
-                         f"parameters) per step; {grads.get('evidence', '')}.")
-    fps = [[w["devices"], _ms(w["step_us"]), f"{w['fps']:,.0f}" if w.get("fps") else "-", w["bound"],
-            _ms(w.get("communication_us"))] for w in step.get("per_world_size") or []]
+        sentences.append(f"FPS not computed: {batch.evidence or 'batch size unknown'}.")
+    grads = est.gradients
+    if grads.bytes:
+        sentences.append(f"DDP all-reduce of {grads.bytes / 1e6:,.0f} MB of gradients ({grads.parameters} "
+                         f"parameters) per step; {grads.evidence or ''}.")
+    fps = [[w.devices, _ms(w.step_us), f"{w.fps:,.0f}" if w.fps else "-", w.bound, _ms(w.communication_us)]
+           for w in step.per_world_size]
     rows: list[list] = []
     rules: list[str] = []
-    ranked = est.get("rows") or []
+    ranked = est.rows
     shown = ranked if top is None else ranked[:top]
     for i, r in enumerate(shown, start=1):
-        where = r.get("source") or "-"
-        if r.get("library") and r["library"] != r.get("source"):   # the library call inside the user's line
-            where = f"{where} (in {r['library']})"
-        rows.append([i, r["operator"], where, _ms(r["npu_time_us"]), r.get("kernels") or "",
-                     r.get("reason") or "", r.get("fix") or ""])
-        rules.append(r.get("priced_by") or "")   # the kernel that costs most, and the rule that priced it
-    calibration = [str(v) for v in (est.get("calibration") or {}).values()]
+        where = r.source or "-"
+        if r.library and r.library != r.source:   # the library call inside the user's line
+            where = f"{where} (in {r.library})"
+        rows.append([i, r.operator, where, _ms(r.npu_time_us), r.kernels or "", r.reason or "", r.fix or ""])
+        rules.append(r.priced_by or "")   # the kernel that costs most, and the rule that priced it
+    calibration = [str(v) for v in est.calibration.values()]
     return Section(title=f"What will be slow on {chip} (estimate)", sentences=sentences, calibration=calibration,
                    fps=fps, rows=rows, rules=rules, more=max(0, len(ranked) - len(shown)))
 

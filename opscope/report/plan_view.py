@@ -82,8 +82,8 @@ def notes(plan: dict) -> list[str]:
 def chip_line(result) -> str | None:
     """The chip part of the plan: the chip judged, its dtype findings, and whether the step fits its memory."""
     fit = result.memory_fit
-    est = result.npu_estimate if isinstance(result.npu_estimate, dict) else {}
-    chip = (fit.chip if fit else None) or est.get("chip") or result.settings.chip
+    est = result.npu_estimate
+    chip = (fit.chip if fit else None) or (est.chip if est else None) or result.settings.chip
     if not chip:
         return None
     from opscope.analysis.verdicts.chip_dtypes import is_chip_dtype_finding

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from opscope.analysis.npu.cost import cost_model, unit_of
+from opscope.model import NpuEstimate
 from opscope.parsers.ascend_kernels import find_kernel_csvs, read_kernel_details
 
 STEP_COLUMNS = {"computing": "Computing", "communication (not overlapped)": "Communication(Not Overlapped)",
@@ -201,7 +202,7 @@ def chip_for(path) -> str | None:
     return chip_and_source(path)[0]
 
 
-def compare(estimate: dict, path, devices: int | None = None) -> dict:
+def compare(estimate: NpuEstimate, path, devices: int | None = None) -> dict:
     """Estimated vs measured per kernel family and per step; ``estimate`` is ScanResult.npu_estimate.
 
     The step is priced for ``devices``, else for the world size of the job the profile recorded
@@ -212,9 +213,9 @@ def compare(estimate: dict, path, devices: int | None = None) -> dict:
         from opscope.errors import InputError
         raise InputError(Path(path), "holds no kernel_details.csv or step_trace_time.csv",
                          fix="pass an Ascend profiler export (*_ascend_pt folder or a folder of ranks)")
-    step = estimate.get("step") or {}
+    step = estimate.step
     predicted: dict[str, float] = {}
-    for ktype, us in (step.get("kernel_types_us") or {}).items():
+    for ktype, us in step.kernel_types_us.items():
         fam = family_of(ktype)
         predicted[fam] = predicted.get(fam, 0.0) + us
     with_kernels = [r for r in ranks if r["families_us"]]
@@ -231,16 +232,18 @@ def compare(estimate: dict, path, devices: int | None = None) -> dict:
         world, world_source = devices, "given with --devices"
     else:
         world, world_source = world_size(path)
-    per_world = {w["devices"]: w for w in step.get("per_world_size") or []}
+    per_world = {w.devices: w for w in step.per_world_size}
     if world not in per_world:   # any world size: priced from the stored basis
         from opscope.analysis.npu.estimate import price
-        repriced = price(estimate["basis"], estimate.get("chip"), estimate.get("factors"), world_sizes=[world])
-        per_world[world] = repriced["step"]["per_world_size"][0]
+        if estimate.basis is None:
+            raise ValueError("the estimate has no basis to price another device count")
+        repriced = price(estimate.basis, estimate.chip, estimate.factors, world_sizes=[world])
+        per_world[world] = repriced.step.per_world_size[0]
     w = per_world[world]
-    computing = w.get("device_us", step.get("device_us", 0.0))
-    estimated_steps = {"computing": computing, "communication (not overlapped)": w.get("exposed_communication_us"),
-                       "free (host/idle)": max(0.0, w["step_us"] - computing - w.get("exposed_communication_us", 0.0)),
-                       "step": w["step_us"]}
+    computing = w.device_us if w.device_us is not None else step.device_us
+    estimated_steps = {"computing": computing, "communication (not overlapped)": w.exposed_communication_us,
+                       "free (host/idle)": max(0.0, w.step_us - computing - w.exposed_communication_us),
+                       "step": w.step_us}
     stepped = [r for r in ranks if r["steps"]]
     step_rows: list[dict] = []
     for key in STEP_COLUMNS:
@@ -251,14 +254,14 @@ def compare(estimate: dict, path, devices: int | None = None) -> dict:
                                         "host": step_rows[2]["measured_us"] or 0.0}
     transits = [r["transit_us"] for r in ranks if r.get("transit_us") is not None]
     if transits and world > 1:   # the data movement alone, without the waits for other ranks
-        step_rows.append(_row("communication transfers (HCCL transit, incl. overlapped)", w.get("communication_us"),
+        step_rows.append(_row("communication transfers (HCCL transit, incl. overlapped)", w.communication_us,
                               sum(transits) / len(transits)))
     rank_rows = [{"rank_folder": r["folder"], "computing_us": r["steps"].get("computing"),
                   "step_us": r["steps"].get("step"), "kernels": r["kernels"]} for r in ranks]
     slow = max((r for r in rank_rows if r["step_us"]), key=lambda r: r["step_us"], default=None)
-    return {"chip": estimate.get("chip"), "devices": world, "devices_source": world_source,
+    return {"chip": estimate.chip, "devices": world, "devices_source": world_source,
             "families": family_rows, "steps": step_rows,
-            "bound": {"estimated": w["bound"], "measured": max(measured_parts, key=lambda k: measured_parts[k])
+            "bound": {"estimated": w.bound, "measured": max(measured_parts, key=lambda k: measured_parts[k])
                       if stepped else None},
             "ranks": rank_rows, "slowest_rank": slow["rank_folder"] if slow else None,
             "calibration": calibration_note([r["folder"] for r in ranks]),

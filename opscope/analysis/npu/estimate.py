@@ -43,6 +43,7 @@ from opscope.analysis.npu.kernels import (
     tensor_lists,
     transdata,
 )
+from opscope.model import EstimateBasis, NpuEstimate
 
 __all__ = ["BASIS_VERSION", "MODELS", "allreduce_us", "bound_sentence", "build_basis", "estimate", "price",
            "rebuild_basis"]
@@ -205,8 +206,13 @@ def _steady_counts(calls, steady: set[int]) -> dict[tuple, float]:
     return {key: median(counts.get(s, 0) for s in steady) for key, counts in per.items()}
 
 
-def build_basis(operators, steps, calls=None) -> dict:
+def build_basis(operators, steps, calls=None) -> EstimateBasis:
     """The chip-independent part of the estimate (stored in scan.json ``npu_estimate.basis``)."""
+    return EstimateBasis.from_dict(_basis_dict(operators, steps, calls), "$.npu_estimate.basis")
+
+
+def _basis_dict(operators, steps, calls=None) -> dict:
+    """The basis as the JSON object it is stored as (the record keeps its key order)."""
     cache_tensors(operators)
     try:
         return _build_basis(operators, steps, calls)
@@ -259,17 +265,17 @@ def _build_basis(operators, steps, calls=None) -> dict:
             "gradients": _gradient_bytes(operators, steady), "foreach_launches": sorted(foreach_launches)}
 
 
-def rebuild_basis(operators, steps, old: dict) -> dict:
+def rebuild_basis(operators, steps, old: EstimateBasis) -> EstimateBasis:
     """``build_basis`` again from stored operators (``opscope report --target``: verdicts changed).  The op
     stream is not stored, so what was read from it is carried over from ``old``: the fused-pattern matches
     (and the rows' `unfused` reasons) and each signature's share of re-runs (its kernels' ``warm``)."""
-    basis = build_basis(operators, steps)
-    basis["patterns"] = old.get("patterns") or []
+    basis = _basis_dict(operators, steps)
+    basis["patterns"] = old.patterns
     _mark_unfused(basis["rows"], basis["patterns"])
-    _put_warm(basis["rows"], {_key(r.get("name"), r.get("input_shapes"), r.get("dtypes")):
+    _put_warm(basis["rows"], {_key(r.get("name") or "", r.get("input_shapes"), r.get("dtypes")):
                               max((float(k.get("warm") or 0.0) for k in r.get("kernels") or []), default=0.0)
-                              for r in old.get("rows") or []})
-    return basis
+                              for r in old.rows})
+    return EstimateBasis.from_dict(basis, "$.npu_estimate.basis")
 
 
 def _put_warm(rows: list[dict], shares: dict[tuple, float]) -> None:
@@ -656,8 +662,8 @@ def _calibration(model: dict, factors: dict | None, calibrated_with: str | None)
     return calibration
 
 
-def price(basis: dict, chip: str | None = None, factors: dict | None = None,
-          world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> dict:
+def price(basis: EstimateBasis, chip: str | None = None, factors: dict | None = None,
+          world_sizes: list[int] | None = None, calibrated_with: str | None = None) -> NpuEstimate:
     """Per-signature and per-step NPU estimate of a basis on one chip (scan.json ``npu_estimate``)."""
     model = cost_model()
     name, figures = resolve_chip(chip)
@@ -666,19 +672,24 @@ def price(basis: dict, chip: str | None = None, factors: dict | None = None,
     totals: dict[str, float] = defaultdict(float)
     by_type: dict[str, float] = defaultdict(float)
     rows: list[dict] = [_price_row(row, family, figures, factors, model, launch_us, totals, by_type)
-                        for row in basis.get("rows") or []]
-    foreach = basis.get("foreach_launches") or []
+                        for row in basis.rows]
+    foreach = basis.foreach_launches
     totals["host"] += len(foreach) * launch_us
-    fused_lines = {src for p in basis.get("patterns") or [] for src in p["sources"]}
-    rows.extend(_pattern_rows(basis.get("patterns") or [], rows) + _alignment_rows(rows, fused_lines)
+    fused_lines = {src for p in basis.patterns for src in p["sources"]}
+    rows.extend(_pattern_rows(basis.patterns, rows) + _alignment_rows(rows, fused_lines)
                 + _optimizer_rows(rows, foreach))
     rows.sort(key=lambda r: (-r["npu_time_us"], r["operator"]))
     step = _step(basis, totals, figures, rows, world_sizes)
     step["kernel_types_us"] = {k: round(v, 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]) if v > 0}
-    return {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.get("patterns") or [],
-            "batch": basis.get("batch") or {}, "gradients": basis.get("gradients") or {},
-            "calibration": _calibration(model, factors, calibrated_with), "factors": factors or None, "basis": basis,
-            "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"}
+    # built as the JSON object scan.json stores, then read as the record: the key order stays the file's
+    est = NpuEstimate.from_dict(
+        {"chip": name, "family": family, "rows": rows, "step": step, "patterns": basis.patterns,
+         "batch": basis.batch.to_dict(), "gradients": basis.gradients.to_dict(),
+         "calibration": _calibration(model, factors, calibrated_with), "factors": factors or None,
+         "basis": None, "label": f"estimate for {name} from the CPU scan (calibration error: see calibration)"},
+        "$.npu_estimate")
+    est.basis = basis   # the record itself, not a copy
+    return est
 
 
 def _priced_by(kernel: Kernel | None, figures: dict, row: dict, model: dict) -> str:
@@ -778,7 +789,7 @@ def _alignment_rows(rows: list[dict], fused_lines: set) -> list[dict]:
     return out
 
 
-def _step(basis: dict, totals: dict[str, float], figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
+def _step(basis: EstimateBasis, totals: dict[str, float], figures: dict, rows: list, world_sizes: list[int] | None = None) -> dict:
     model = cost_model()
     comm_cfg = model.get("communication") or {}
     cube = totals["cube"] + totals["fa"]
@@ -787,10 +798,10 @@ def _step(basis: dict, totals: dict[str, float], figures: dict, rows: list, worl
     transdata = totals["transdata"]
     device = cube + vector + aicpu + transdata
     backward = sum(r["npu_time_us"] for r in rows if r["phase"] == "backward")
-    grad = float((basis.get("gradients") or {}).get("bytes") or 0)
-    batch = (basis.get("batch") or {}).get("value")
+    grad = float(basis.gradients.bytes or 0)
+    batch = basis.batch.value
     per_world = []
-    params = float((basis.get("gradients") or {}).get("parameters") or 0)
+    params = float(basis.gradients.parameters or 0)
     launch_us = float((model.get("host") or {}).get("launch_us_per_op", 30.0))
     ddp_kernels = [Kernel(k, "vector", 0.0, 2.0 * grad * float(passes)) for k, passes in
                    (comm_cfg.get("ddp_gradient_passes") or {}).items()]
@@ -839,25 +850,25 @@ def allreduce_us(grad_bytes: float, world: int, figures: dict) -> float:
 
 
 def estimate(operators, steps, calls=None, chip: str | None = None, factors: dict | None = None,
-             calibrated_with: str | None = None) -> dict:
+             calibrated_with: str | None = None) -> NpuEstimate:
     """``price(build_basis(...))``: the whole NPU estimate of a scan."""
     return price(build_basis(operators, steps, calls), chip, factors, calibrated_with=calibrated_with)
 
 
-def bound_sentence(est: dict, devices: int = 1) -> str:
+def bound_sentence(est: NpuEstimate, devices: int = 1) -> str:
     """One sentence: what bounds the step on this chip, and the step time/FPS behind it."""
-    step = est.get("step") or {}
-    world = next((w for w in step.get("per_world_size") or [] if w["devices"] == devices), None)
+    step = est.step
+    world = step.world(devices)
     if not world:
         return "no estimate"
     ms = lambda us: f"{us / 1000:.2f} ms"   # noqa: E731
-    what = {"host": f"host-bound: launching the step's operators takes {ms(step['host_us'])} on the host, more than "
-                    f"the {ms(step['device_us'])} of NPU work",
-            "compute": f"compute-bound: cube kernels take {ms(step['compute_us'])} of {ms(step['device_us'])} NPU time",
-            "memory": f"memory-bound: vector kernels and TransData take {ms(step['vector_us'] + step['transdata_us'])}"
-                      f" of {ms(step['device_us'])} NPU time",
-            "aicpu": f"AI CPU-bound: {ms(step['aicpu_us'])} on AI CPU",
-            "communication": f"communication-bound: {ms(world['exposed_communication_us'])} of gradient all-reduce "
-                             "not hidden behind backward"}[world["bound"]]
-    fps = f", {world['fps']:,.0f} samples/s" if world.get("fps") else ""
-    return f"On {est.get('chip')} x{devices}, estimated {what}; step {ms(world['step_us'])}{fps} (estimate)"
+    what = {"host": f"host-bound: launching the step's operators takes {ms(step.host_us)} on the host, more than "
+                    f"the {ms(step.device_us)} of NPU work",
+            "compute": f"compute-bound: cube kernels take {ms(step.compute_us)} of {ms(step.device_us)} NPU time",
+            "memory": f"memory-bound: vector kernels and TransData take {ms(step.vector_us + step.transdata_us)}"
+                      f" of {ms(step.device_us)} NPU time",
+            "aicpu": f"AI CPU-bound: {ms(step.aicpu_us)} on AI CPU",
+            "communication": f"communication-bound: {ms(world.exposed_communication_us)} of gradient all-reduce "
+                             "not hidden behind backward"}[world.bound or ""]
+    fps = f", {world.fps:,.0f} samples/s" if world.fps else ""
+    return f"On {est.chip} x{devices}, estimated {what}; step {ms(world.step_us)}{fps} (estimate)"

@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import json
 
+from opscope.model import NpuEstimate
+
 
 def _key(name: str, input_shapes, dtypes, phase, source) -> tuple:
     return (name, json.dumps(input_shapes, sort_keys=True), json.dumps(dtypes), phase or "", source or "")
 
 
-def assign_npu_times(operators, estimate: dict | None) -> bool:
+def assign_npu_times(operators, estimate: NpuEstimate | None) -> bool:
     """Set ``op.npu_time_us`` from the estimate's operator rows; False (nothing set) without an estimate."""
-    rows = [r for r in (estimate or {}).get("rows") or [] if r.get("kind", "operator") == "operator"]
-    if not estimate or not estimate.get("rows"):
+    if not estimate or not estimate.rows:
         for op in operators:
             op.npu_time_us = None
         return False
     weights: dict[tuple, float] = {}
-    for r in rows:
-        weight = float(r["weight_us"] if r.get("weight_us") is not None else r.get("npu_time_us") or 0.0)
-        key = _key(r["operator"], r.get("input_shapes"), r.get("dtypes"), r.get("phase"), r.get("source"))
+    for r in estimate.operator_rows():
+        weight = float(r.weight_us if r.weight_us is not None else r.npu_time_us or 0.0)
+        key = _key(r.operator, r.input_shapes, r.dtypes, r.phase, r.source)
         weights[key] = weights.get(key, 0.0) + weight
     for op in operators:
         name = op.name + (f".{op.overload}" if op.overload else "")
