@@ -374,6 +374,27 @@ def test_sigterm_handling_is_unchanged_by_the_lock(tmp_path):
     assert not (out / run_folder.LOCK).exists() and len(_complete_steps(out)) >= 2
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_while_the_script_stops_still_reports_the_captured_steps(tmp_path, sig):
+    """Ctrl-C pressed twice, or a supervisor repeating SIGTERM: the second signal reaches opscope while the script
+    writes what it captured.  It ends the script at once; opscope still reports the whole steps, exits with the
+    first signal's code, prints no traceback and leaves no process behind."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_scan_cmd(out, 40, "--format", "", pause=0.2), cwd=ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 2:
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    assert not (out / run_folder.LOCK).exists() and len(_complete_steps(out)) >= 2
+    assert _alive(str(out)) == []
+
+
 def test_a_retry_waits_for_the_attempt_still_holding_the_folder(tmp_path):
     """A fleet retry of a job whose previous attempt is still writing its partial results waits for it."""
     import threading

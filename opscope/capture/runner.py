@@ -93,7 +93,7 @@ def _watch_child(proc, capture_dir: Path, steps: LineCounter, progress, timeout:
     over_memory = None
     next_memory_check = 0.0
     exited = ExitWatch(proc)
-    restore = _forward_termination()
+    restore = _forward_termination(proc)
     try:
         while True:
             if exited.wait(0.25):
@@ -153,15 +153,25 @@ class _Terminated(Exception):
         self.signum = signum
 
 
-def _forward_termination():
-    """Turn SIGTERM/SIGHUP into an exception while waiting, so the child is stopped, not orphaned."""
+def _forward_termination(proc):
+    """Turn the first SIGINT/SIGTERM/SIGHUP into an exception while waiting, so the child is stopped, not orphaned.
+
+    A second one (Ctrl-C pressed again, a supervisor repeating SIGTERM) arrives while the child is writing what it
+    captured: it kills the child's group at once instead of raising inside that wait, so opscope still reports the
+    steps already on disk, exits with the first signal's code and prints no traceback."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    stopping = False
 
-    def on_term(signum, frame):
-        raise _Terminated(signum)
+    def on_signal(signum, frame):
+        nonlocal stopping
+        if stopping:
+            signal_group(proc, signal.SIGKILL)
+            return
+        stopping = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else _Terminated(signum)
 
-    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     return lambda: [signal.signal(sig, handler) for sig, handler in previous.items()]
 
 
