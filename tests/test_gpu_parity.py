@@ -8,53 +8,46 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, run_opscope
+from conftest import SCRIPTS, bench_module, run_opscope
 
 DATA = Path(__file__).resolve().parent / "data" / "gpu_h200" / "top_level_ops.json"
-TRAINING = ("forward", "backward", "optimizer")
-# one public op for each backend's own kernel of it: the GPU runs cuDNN's SDPA, the CPU its flash kernel
-BACKEND_KERNELS = {
-    "aten::_scaled_dot_product_cudnn_attention": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_efficient_attention": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_cudnn_attention_backward": "aten::scaled_dot_product_attention_backward",
-    "aten::_scaled_dot_product_flash_attention_backward": "aten::scaled_dot_product_attention_backward",
-    "aten::_scaled_dot_product_efficient_attention_backward": "aten::scaled_dot_product_attention_backward",
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "aten::scaled_dot_product_attention_backward",
-}
 # what the scripts differ in, not the stand-in: the GPU ran karpathy/nanoGPT, whose blocks call nn.Dropout
 # (p=0.0 still records aten::dropout); tests/data/scripts/frameworks/nanogpt_train.py has no Dropout module
 SCRIPT_ONLY = {"gpt2": {"aten::dropout"}}
+# the comparison is bench/gpu_parity.py's, which a GPU machine runs on both sides (test_gpu.py)
+parity = bench_module("gpu_parity")
 
 
-def _top_level(steps_log: Path, steps=(2, 3)) -> dict[str, set[str]]:
-    from opscope.capture.run_folder import CALL_FIELDS
-    parent, phase, name = (CALL_FIELDS.index(f) for f in ("parent", "phase", "name"))
-    out: dict[str, set[str]] = {}
-    for line in steps_log.read_text().splitlines():
-        record = json.loads(line)
-        if record["step"] in steps:
-            for call in record["calls"]:
-                if call[parent] is None:
-                    out.setdefault(call[phase], set()).add(call[name])
-    return out
+def _top_level(steps_log: Path) -> dict[str, set[str]]:
+    return parity.top_level(steps_log)
 
 
 def _training_ops(phases: dict, scan: str, data: set[str]) -> set[str]:
-    """Top-level operators of the training phases, backend kernels as their public op, the host's data
-    work left out (``data``: the ops either scan ran in its data phase, ``other``: stack, pin_memory, to;
-    the GPU's scan puts the batch's copy to the device there, the stand-in its no-op copy in the forward)."""
-    names = {n for phase in TRAINING for n in phases.get(phase, ())} - data - SCRIPT_ONLY.get(scan, set())
-    return {BACKEND_KERNELS.get(n, n) for n in names}
+    return parity.training_ops(phases, data, SCRIPT_ONLY.get(scan, set()))
 
 
-def _optimizer_kernels(phases: dict) -> set[str]:
-    return {n for n in phases.get("optimizer", ()) if n.startswith(("aten::_foreach_", "aten::_fused_"))}
+_optimizer_kernels, _jaccard = parity.optimizer_kernels, parity.jaccard
 
 
-def _jaccard(a: set, b: set) -> float:
-    return len(a & b) / len(a | b)
+def test_backend_kernels_are_compared_as_the_public_op_they_implement():
+    """cuDNN's and FlashAttention's SDPA, the CPU's fused SDPA and cuDNN's batch norm count as the public op
+    (backend_private_ops.yaml): the GPU and the stand-in run different kernels of the same operator."""
+    assert {parity.public_op(f"aten::{k}") for k in ("_scaled_dot_product_cudnn_attention",
+                                                       "_scaled_dot_product_flash_attention_for_cpu",
+                                                       "_scaled_dot_product_efficient_attention")} == {
+        "aten::scaled_dot_product_attention"}
+    assert parity.public_op("aten::_scaled_dot_product_flash_attention_backward") == \
+        parity.public_op("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == \
+        "aten::scaled_dot_product_attention_backward"
+    assert parity.public_op("aten::cudnn_batch_norm_backward") == "aten::native_batch_norm_backward"
+    assert parity.public_op("aten::mm") == "aten::mm"
+
+
+def test_two_runs_compare_from_their_folders(cnn_scan, tmp_path, capsys):
+    """`bench/gpu_parity.py --compare A B` (no GPU needed): a run against itself is a full match, every step whole."""
+    assert parity.main(["--compare", str(cnn_scan), str(cnn_scan)]) == 0
+    table = capsys.readouterr().out
+    assert "| 1.000 | yes / yes | same: aten::_foreach_add, aten::_foreach_add_, aten::_foreach_mul_ |" in table
 
 
 @pytest.fixture(scope="module")
