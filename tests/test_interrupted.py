@@ -395,6 +395,25 @@ def test_a_second_signal_while_the_script_stops_still_reports_the_captured_steps
     assert _alive(str(out)) == []
 
 
+def test_a_repeated_sigterm_to_a_distributed_scan_keeps_the_ranks_reports(tmp_path):
+    """torchrun-style: SIGTERM twice while the ranks run.  The second arrives while they write their own reports;
+    it does not cut them short: rank 0's scan.json is written, no traceback, opscope ends by SIGTERM as with one."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "ddp_torchrun_train.py"),
+                             "--steps", "400", "--out", str(out), "--quiet", "--format", "", "--", "--epochs", "100",
+                             "--samples", "640"], cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 3:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=200)
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err[-2000:]
+    assert len(_complete_steps(out)) >= 2
+    assert _alive(str(out)) == []
+
+
 def test_a_retry_waits_for_the_attempt_still_holding_the_folder(tmp_path):
     """A fleet retry of a job whose previous attempt is still writing its partial results waits for it."""
     import threading

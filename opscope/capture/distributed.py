@@ -352,12 +352,18 @@ class _Terminated(BaseException):
 
 
 def _on_sigterm():
-    """While the ranks run, SIGTERM to opscope first stops them (their groups are not ours)."""
+    """While the ranks run, SIGTERM to opscope first stops them (their groups are not ours).  A second SIGTERM
+    arrives while they write their own reports of what they captured (each rank analyses its own steps): it is
+    not raised inside that wait, which the grace period already bounds, so the ranks' reports are kept."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    stopping = False
 
     def handler(signum, frame):
-        raise _Terminated()
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise _Terminated()
 
     return signal.signal(signal.SIGTERM, handler)
 
