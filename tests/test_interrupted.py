@@ -360,14 +360,19 @@ def test_the_step_log_never_keeps_half_a_line(tmp_path, monkeypatch):
     assert (tmp_path / "steps.jsonl").read_text() == '{"step": 1}\n'
 
 
+def _started(cmd: list[str], out: Path, steps: int) -> subprocess.Popen:
+    """A scan started in the background, once its step log holds ``steps`` lines (or after 200 s)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < steps:
+        time.sleep(0.1)
+    return proc
+
+
 def test_sigterm_handling_is_unchanged_by_the_lock(tmp_path):
     """SIGTERM to opscope still writes what was captured, and releases the folder."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(_scan_cmd(out, 40, "--format", "", pause=0.2), cwd=ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 2:
-        time.sleep(0.1)
+    proc = _started(_scan_cmd(out, 40, "--format", "", pause=0.2), out, 2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
@@ -380,11 +385,7 @@ def test_a_second_signal_while_the_script_stops_still_reports_the_captured_steps
     writes what it captured.  It ends the script at once; opscope still reports the whole steps, exits with the
     first signal's code, prints no traceback and leaves no process behind."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(_scan_cmd(out, 40, "--format", "", pause=0.2), cwd=ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 2:
-        time.sleep(0.1)
+    proc = _started(_scan_cmd(out, 40, "--format", "", pause=0.2), out, 2)
     proc.send_signal(sig)
     time.sleep(0.02)
     proc.send_signal(sig)
@@ -399,12 +400,8 @@ def test_a_repeated_sigterm_to_a_distributed_scan_keeps_the_ranks_reports(tmp_pa
     """torchrun-style: SIGTERM twice while the ranks run.  The second arrives while they write their own reports;
     it does not cut them short: rank 0's scan.json is written, no traceback, opscope ends by SIGTERM as with one."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "ddp_torchrun_train.py"),
-                             "--steps", "400", "--out", str(out), "--quiet", "--format", "", "--", "--epochs", "100",
-                             "--samples", "640"], cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 200
-    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 3:
-        time.sleep(0.1)
+    proc = _started([sys.executable, "-m", "opscope", "scan", str(SCRIPTS / "ddp_torchrun_train.py"), "--steps", "400",
+                     "--out", str(out), "--quiet", "--format", "", "--", "--epochs", "100", "--samples", "640"], out, 3)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
