@@ -119,14 +119,15 @@ class Run:
     @property
     def plan(self) -> dict | None:
         """The port plan (``opscope matrix plan``): releases, the planned one with torch / Python / CANN, the
-        changes to this environment, the install block; None for a scan that measured nothing."""
-        return self.result.plan
+        changes to this environment, the install block, as scan.json stores it (``run.result.plan`` is the typed
+        ``PortPlan``); None for a scan that measured nothing."""
+        return self.result.plan.to_dict() if self.result.plan is not None else None
 
     @cached_property
     def plan_changes(self):
         """One row per change the plan asks of the environment or the project's requirement files."""
         from opscope.report import plan_view
-        rows = plan_view.change_rows(self.result.plan) if self.result.plan else []
+        rows = plan_view.change_rows(self.result.plan) if self.result.plan is not None else []
         columns = ["where", "package", "now", "planned", "why"]
         return _frame([dict(zip(columns, row, strict=True)) for row in rows], columns)
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from opscope.typed import build
+from opscope.typed import build, json_key
 
 SCAN_SCHEMA = "opscope.scan/1"
 
@@ -324,6 +324,18 @@ class Profile(_Record):
         return prof
 
 
+_JSON_KEYS: dict[type, dict[str, str]] = {}
+
+
+def _json_keys(kind: type) -> dict[str, str]:
+    """JSON key -> field name of a section type in declaration order, looked up once per type."""
+    keys = _JSON_KEYS.get(kind)
+    if keys is None:
+        fields = dataclasses.fields(kind)   # type: ignore[arg-type]  # sections are dataclasses
+        keys = _JSON_KEYS[kind] = {json_key(f.name): f.name for f in fields}
+    return keys
+
+
 class _Part(_Record):
     """A section of scan.json kept as one typed record (``ScanResult.settings``, ``exit``, ...).
 
@@ -351,16 +363,16 @@ class _Part(_Record):
 
     def to_dict(self) -> dict:
         read: tuple = getattr(self, "_read", ())
-        names = [f.name for f in dataclasses.fields(self)]   # type: ignore[arg-type]  # subclasses are dataclasses
-        keep = set(read) if hasattr(self, "_read") else set(names) if self._ALWAYS_ALL else set(self._ALWAYS)
+        attrs = _json_keys(type(self))   # JSON key -> field (``from`` -> ``from_``)
+        keep = set(read) if hasattr(self, "_read") else set(attrs) if self._ALWAYS_ALL else set(self._ALWAYS)
         keep |= getattr(self, "_also", frozenset())
         unknown = getattr(self, "unknown_fields", {})
         out = {}
-        for key in [*read, *(n for n in names if n not in read)]:
+        for key in [*read, *(n for n in attrs if n not in read)]:
             if key in unknown:
                 out[key] = json_safe(unknown[key])
-            elif getattr(self, key) is not None or key in keep:
-                out[key] = json_safe(getattr(self, key))
+            elif getattr(self, attrs[key]) is not None or key in keep:
+                out[key] = json_safe(getattr(self, attrs[key]))
         for key, extra in unknown.items():
             out.setdefault(key, json_safe(extra))
         return out
@@ -688,6 +700,108 @@ class ThirdPartyLibrary(_Part):
     _ALWAYS_ALL = True
 
 
+# ---- the port plan (analysis/plan/releases.py plan_for) ------------------------------------------------
+# Built as JSON by the analysis and read back through ``from_dict``, so scan.json keeps its keys and order.
+
+@dataclass
+class ReleaseFacts(_Part):
+    """One torch_npu release and what it installs with, each fact with where it comes from
+    (``releases.release_facts``); the planned release also says why it was chosen and what still falls back."""
+    torch_npu: str
+    line: str | None = None
+    torch: str | None = None
+    torch_source: str | None = None
+    python: list[str] = field(default_factory=list)   # the Python versions it has wheels for
+    python_source: str | None = None
+    cann: str | None = None                  # None: no pairing known (``cann_why`` says why)
+    cann_source: str | None = None
+    cann_inferred: bool = False              # paired by its release branch, not by Ascend's table
+    branch: str | None = None
+    line_status: str | None = None           # EOL, maintenance, development, planned
+    line_eol: str | None = None
+    from_wheel: bool = False                 # torch read from the wheel's METADATA (in the matrix)
+    cann_why: str | None = None
+    why: str | None = None                   # planned only: why this release
+    blocking_signatures: int | None = None   # planned only: signatures that fall back there
+    blocking_ops: dict[str, str] | None = None   # planned only: operator -> its worst verdict there
+
+
+@dataclass
+class PlanBlocker(_Part):
+    """An operator that falls back on some release: the first release that runs it, the one from which every
+    later release does (None: it falls back on the newest), and the runs of releases each way."""
+    op: str
+    verdicts: list[str] = field(default_factory=list)
+    blocks: int = 0                          # releases it falls back on
+    first_supported_in: str | None = None    # None: no release runs it
+    supported_from: str | None = None
+    blocked_in: list[list[str]] = field(default_factory=list)     # [[first, last], ...] in release order
+    supported_in: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class PlanReleaseRow(_Part):
+    """One judged release: how many signatures fall back there."""
+    version: str
+    torch: str | None = None
+    blocking_signatures: int = 0
+
+
+@dataclass
+class PlanAdapter(_Part):
+    """The Ascend adapter release (torchvision_npu, apex, ...) of a third-party library the scan recorded."""
+    library: str | None = None
+    adapter: str | None = None    # its package
+    paired: str | None = None     # how its release was paired with the planned torch_npu
+    install: str | None = None
+    activate: str | None = None
+    tag: str | None = None        # None: no release pairs with the plan
+    cann: str | None = None
+
+
+@dataclass
+class PlanChange(_Part):
+    """What must change for the plan: an installed package or a line of a requirement file."""
+    where: str | None = None      # "installed" or "requirements.txt:3"
+    package: str | None = None
+    from_: str | None = None      # scan.json's "from": the version or line there now (None: not installed)
+    to: str | None = None         # None: no pin fixes it (``reason`` says what to do)
+    reason: str | None = None
+
+
+@dataclass
+class PlanEnvironment(_Part):
+    """The scanned environment against the planned release (``environment.environment_against``)."""
+    python: str | None = None
+    python_executable: str | None = None
+    python_ok: bool | None = None     # None: the release's Python versions are not known
+    installed: dict[str, str | None] = field(default_factory=dict)   # package -> version (None: absent)
+    files: list[str] = field(default_factory=list)    # requirement files read
+    notes: list[str] = field(default_factory=list)    # files or lines skipped, and why
+    changes: list[PlanChange] = field(default_factory=list)
+    install: str | None = None        # the install block for the Ascend machine
+
+
+@dataclass
+class PortPlan(_Part):
+    """Which torch_npu releases run the scan's operators and the one to install, with what must change here
+    (``releases.plan_for``)."""
+    releases_judged: int
+    fewest_blocking: int        # the fewest signatures that fall back on any one release
+    all_native: bool
+    oldest: ReleaseFacts        # the oldest and the newest release with that fewest
+    newest: ReleaseFacts
+    best_ranges: list[list[str]]   # the runs of such releases: [[first, last], ...]
+    planned: ReleaseFacts
+    blockers: list[PlanBlocker] = field(default_factory=list)
+    per_release: list[PlanReleaseRow] = field(default_factory=list)
+    adapters: list[PlanAdapter] = field(default_factory=list)
+    sources: dict[str, str] | None = None
+    timing_s: dict[str, float] | None = None
+    environment: PlanEnvironment | None = None   # None: planned without the environment check
+    install: str | None = None                   # the environment's install block
+
+
 @dataclass
 class CaptureMeta:
     """What a capture recorded beside its calls (``capture.store``): for the analysis, never in scan.json."""
@@ -751,7 +865,7 @@ class ScanResult(_Record):
     memory_fit: MemoryFit | None = None   # peak device memory per step, its parts, NPU cards needed
     # the port plan (analysis/plan/releases.py plan_for): releases that run every operator, the planned one
     # with its torch / Python / CANN, what in the environment must change, the install block
-    plan: dict | None = None
+    plan: PortPlan | None = None
     # third-party libraries judged (analysis/verdicts/third_party.py library_rows): version here, what to install, ops
     third_party: list[ThirdPartyLibrary] | None = None
     # user lines that run the whole training loop in library code (trainer.train(), trainer.fit()):
@@ -771,6 +885,7 @@ class ScanResult(_Record):
         self.memory_fit = _optional_part(MemoryFit, self.memory_fit, "$.memory_fit")
         self.npu_estimate = _optional_part(NpuEstimate, self.npu_estimate, "$.npu_estimate")
         self.fake_mode = _optional_part(FakeMode, self.fake_mode, "$.fake_mode")
+        self.plan = _optional_part(PortPlan, self.plan, "$.plan")
         if self.third_party is not None:
             self.third_party = [_optional_part(ThirdPartyLibrary, lib, f"$.third_party[{i}]")
                                 for i, lib in enumerate(self.third_party)]

@@ -3,12 +3,14 @@
 The model's type hints are the schema (``calls: int`` must hold an integer, ``steps:
 list[int]`` a list of integers); ``build`` checks a JSON object against them and names
 the JSON path of the first bad value, so a loader can report one line instead of failing
-later.  Fields a record does not declare are kept (``keep_unknown``) for writing back.
+later.  Fields a record does not declare are kept (``keep_unknown``) for writing back.  A field named
+after a Python keyword with a trailing underscore (``from_``) reads its JSON key without it (``from``).
 Imports nothing of opscope but the error text helper: the model builds its parts with it.
 """
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import types
 import typing
@@ -73,28 +75,36 @@ def plain(value, where: str):
         raise bad.at(where) from None
 
 
+def json_key(name: str) -> str:
+    """The JSON key of a field: ``from_`` is ``from`` (a field cannot be named after a Python keyword)."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
+
+
 @cache
-def _fields(cls) -> tuple[dict, frozenset, frozenset]:
-    """(field -> checker, required fields, optional float fields) of a record type."""
+def _fields(cls) -> tuple[dict, frozenset, frozenset, dict[str, str]]:
+    """(JSON key -> checker, required keys, optional float keys, renamed keys -> field) of a record type."""
     hints, required = _hints(cls)
-    optional_floats = frozenset(k for k, h in hints.items() if h is float and k not in required)
-    return {k: _checker(h) for k, h in hints.items()}, required, optional_floats
+    optional_floats = frozenset(json_key(k) for k, h in hints.items() if h is float and k not in required)
+    renamed = {json_key(k): k for k in hints if json_key(k) != k}
+    return ({json_key(k): _checker(h) for k, h in hints.items()}, frozenset(json_key(k) for k in required),
+            optional_floats, renamed)
 
 
 def _build(cls, data):
     if not isinstance(data, dict):
         raise _Bad(f"expected an object, found {_kind(data)}")
-    checkers, required, optional_floats = _fields(cls)
+    checkers, required, optional_floats, renamed = _fields(cls)
     if not required <= data.keys():
         raise _Bad(f"missing field {sorted(required - data.keys())[0]!r}")
-    known, unknown = {}, {}
+    known: dict[str, typing.Any] = {}
+    unknown: dict[str, typing.Any] = {}
     for key, value in data.items():
         check = checkers.get(key)
         try:
             if check is not None:
                 if value is None and key in optional_floats:
                     continue   # scan.json stores NaN as null (model.json_safe): the field's default stands in
-                known[key] = check(value)
+                known[renamed[key] if key in renamed else key] = check(value)
             else:
                 unknown[key] = _plain(value)
         except _Bad as bad:

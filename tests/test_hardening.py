@@ -394,7 +394,7 @@ def test_output_folder_that_is_a_file_is_exit_2_before_loading(scan_data, good_t
 
 
 # malformed sections (written by another tool, or edited): a malformed ``verification`` used to crash the
-# reports; every section the model types (settings, exit, summary, target, verification) is checked on load.
+# reports; every section the model types (settings, exit, summary, target, verification, plan) is checked on load.
 # Each case: the section's dotted path in scan.json, the value put there, the JSON path the error must name.
 BAD_SECTIONS = {
     "settings-a-list": ("settings", [], "$.settings"),
@@ -439,6 +439,10 @@ BAD_SECTIONS = {
     "verification-duration-a-string": ("verification", {"duration_s": "3 s"}, "$.verification.duration_s"),
     "verification-seed-a-float": ("verification", {"seed": 1.5}, "$.verification.seed"),
     "verification-substitutes-an-object": ("verification", {"substitutes": {}}, "$.verification.substitutes"),
+    "plan-a-list": ("plan", [], "$.plan"),
+    "plan-all-native-a-string": ("plan.all_native", "yes", "$.plan.all_native"),
+    "plan-planned-version-a-number": ("plan.planned", {"torch_npu": 2.1}, "$.plan.planned.torch_npu"),
+    "plan-change-from-an-int": ("plan.environment", {"changes": [{"from": 5}]}, "$.plan.environment.changes[0].from"),
 }
 
 

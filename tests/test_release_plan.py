@@ -2,6 +2,7 @@
 blocking operator (as `opscope matrix show` says), release_pairs.yaml, the environment and requirement files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -35,21 +36,21 @@ def plan():
 
 def test_oldest_release_is_blocked_by_a_named_operator(plan):
     matrix = load_matrix()
-    assert plan["fewest_blocking"] == 0 and plan["all_native"]
-    assert plan["oldest"]["torch_npu"] == "2.1.0.post13"        # not 2.1.0.post8, the matrix's oldest
+    assert plan.fewest_blocking == 0 and plan.all_native
+    assert plan.oldest.torch_npu == "2.1.0.post13"        # not 2.1.0.post8, the matrix's oldest
     assert matrix.versions[0] == "2.1.0.post8"
-    assert plan["newest"]["torch_npu"] == matrix.versions[-1]
-    blocker = next(b for b in plan["blockers"] if b["op"] == "aten::logit")
-    assert blocker["first_supported_in"] == "2.1.0.post13"
-    assert blocker["blocked_in"][0] == ["2.1.0.post8", "2.1.0.post12"]
-    assert blocker["verdicts"] == ["cpu-fallback"]
-    assert [b["op"] for b in plan["blockers"]] == ["aten::logit"]
-    per = {r["version"]: r["blocking_signatures"] for r in plan["per_release"]}
+    assert plan.newest.torch_npu == matrix.versions[-1]
+    blocker = next(b for b in plan.blockers if b.op == "aten::logit")
+    assert blocker.first_supported_in == "2.1.0.post13"
+    assert blocker.blocked_in[0] == ["2.1.0.post8", "2.1.0.post12"]
+    assert blocker.verdicts == ["cpu-fallback"]
+    assert [b.op for b in plan.blockers] == ["aten::logit"]
+    per = {r.version: r.blocking_signatures for r in plan.per_release}
     assert per["2.1.0.post8"] == per["2.1.0.post12"] == 1 and per["2.1.0.post13"] == 0
     # each planned release comes with torch / python / CANN
-    assert plan["oldest"]["torch"] == "2.1.0" and plan["oldest"]["cann"] == "8.2.RC1"
-    assert "3.10" in plan["oldest"]["python"]
-    assert plan["planned"]["cann"] and not plan["planned"]["cann_inferred"]
+    assert plan.oldest.torch == "2.1.0" and plan.oldest.cann == "8.2.RC1"
+    assert "3.10" in plan.oldest.python
+    assert plan.planned.cann and not plan.planned.cann_inferred
 
 
 def _good_in_show(op: str, version: str) -> bool:
@@ -60,16 +61,16 @@ def _good_in_show(op: str, version: str) -> bool:
 def test_first_supported_release_agrees_with_matrix_show(op):
     name, _, overload = op.partition(".")
     plan = build_plan([Operator(name=name, overload=overload or None)])
-    blocker = next(b for b in plan["blockers"] if b["op"] == op)
+    blocker = next(b for b in plan.blockers if b.op == op)
     matrix = load_matrix()
     good = [v for v in matrix.versions if _good_in_show(op, v)]
-    assert blocker["first_supported_in"] == good[0]
-    supported = [v for a, b in blocker["supported_in"] for v in matrix.versions
+    assert blocker.first_supported_in == good[0]
+    supported = [v for a, b in blocker.supported_in for v in matrix.versions
                  if matrix.versions.index(a) <= matrix.versions.index(v) <= matrix.versions.index(b)]
     assert supported == good
     # `matrix show` on the oldest release names the same first release in its evidence
     rows = show_rows(op, matrix.versions[0])
-    assert {row["evidence"].get("first_supported_in") for row in rows} == {f"torch_npu {blocker['first_supported_in']}"}
+    assert {row["evidence"].get("first_supported_in") for row in rows} == {f"torch_npu {blocker.first_supported_in}"}
 
 
 def test_judging_every_release_is_fast():
@@ -242,11 +243,41 @@ def test_the_plan_says_why_it_installs_an_older_release_than_the_newest_that_run
     """Judged for the newest release, the plan may install an older one: every format says why, where it prints it."""
     plan = build_plan([])
     from opscope.report import plan_view
-    newest, planned = plan["newest"]["torch_npu"], plan["planned"]["torch_npu"]
+    newest, planned = plan.newest.torch_npu, plan.planned.torch_npu
     line = plan_view.choice_line(plan)
     if newest == planned:   # a matrix whose newest release has a stated CANN pairing: nothing to explain
         assert line is None
         return
     assert line.startswith(f"Why {planned}: {newest} runs as many operators natively")
     assert "CANN pairing" in line and len(line) < 140   # one terminal line, not wrapped
-    assert plan_view.choice_line({**plan, "planned": {**plan["newest"]}}) is None
+    assert plan_view.choice_line(dataclasses.replace(plan, planned=plan.newest)) is None
+
+
+def test_the_plan_is_a_typed_section_that_round_trips_through_scan_json(tmp_path):
+    """``ScanResult.plan`` is a ``PortPlan`` read through the checked builder: written and read back it is the same,
+    key for key (scan.json's ``from`` of a change is the field ``from_``), and a bad value is a schema error naming
+    its JSON path."""
+    from opscope.analysis.plan.releases import plan_for
+    from opscope.model import PlanBlocker, PlanChange, PortPlan, ReleaseFacts, ScanResult
+    from opscope.typed import SchemaError
+    plan = plan_for(ScanResult(script=str(_project(tmp_path, "pinned")), operators=_ops()), target="2.1.0.post8")
+    assert isinstance(plan, PortPlan) and isinstance(plan.planned, ReleaseFacts)
+    assert isinstance(plan.blockers[0], PlanBlocker) and plan.planned.blocking_ops == {"aten::logit": "cpu-fallback"}
+    doc = ScanResult(plan=plan).to_dict()["plan"]
+    assert list(doc)[:3] == ["releases_judged", "fewest_blocking", "all_native"]
+    assert list(doc)[-3:] == ["timing_s", "environment", "install"] and doc["install"] == plan.environment.install
+    change = next(c for c in plan.environment.changes if c.where == "requirements.txt:3")
+    assert isinstance(change, PlanChange) and change.from_ == "torch==2.5.1" and change.to == "torch==2.1.0"
+    assert list(doc["environment"]["changes"][0]) == ["where", "package", "from", "to", "reason"]
+    back = ScanResult(plan=json.loads(json.dumps(doc))).plan
+    assert isinstance(back, PortPlan) and json.dumps(back.to_dict()) == json.dumps(doc)
+    bad_cases = [({**doc, "all_native": "yes"}, "$.plan.all_native"),
+                 ({**doc, "blockers": [{**doc["blockers"][0], "first_supported_in": 2}]},
+                  "$.plan.blockers[0].first_supported_in"),
+                 ({**doc, "environment": {**doc["environment"], "changes": [{"where": "installed", "from": 5}]}},
+                  "$.plan.environment.changes[0].from"),
+                 ({k: v for k, v in doc.items() if k != "planned"}, "$.plan")]
+    for bad, where in bad_cases:
+        with pytest.raises(SchemaError) as error:
+            ScanResult(plan=bad)
+        assert error.value.where == where

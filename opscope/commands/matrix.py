@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opscope.commands._args import non_empty
 from opscope.errors import UserError
+
+if TYPE_CHECKING:
+    from opscope.model import PlanBlocker, PortPlan
 
 
 def register(sub) -> None:
@@ -233,30 +237,30 @@ def run_plan(args: argparse.Namespace) -> int:
     result = load_scan(args.run_dir)   # InputError (exit 2, one line) on a bad RUN_DIR
     plan = plan_for(result, target=args.target)
     if args.out:
-        Path(args.out).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+        Path(args.out).write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
     if args.json and not args.quiet:
-        print(json.dumps(plan, indent=2))
+        print(json.dumps(plan.to_dict(), indent=2))
     if args.quiet or args.json:
         return 0
     console = make_console()
-    ranges = _ranges(plan["best_ranges"])
-    if plan["all_native"]:
+    ranges = _ranges(plan.best_ranges)
+    if plan.all_native:
         console.print(f"torch_npu range: {ranges} - every captured operator runs without CPU fallback "
-                      f"({plan['releases_judged']} releases judged)")
+                      f"({plan.releases_judged} releases judged)")
     else:
-        never = sum(1 for b in plan["blockers"] if not b["first_supported_in"])
+        never = sum(1 for b in plan.blockers if not b.first_supported_in)
         console.print(f"torch_npu range: {ranges} - the fewest operator signatures do not run natively there "
-                      f"({plan['fewest_blocking']}; {plan['releases_judged']} releases judged)"
+                      f"({plan.fewest_blocking}; {plan.releases_judged} releases judged)"
                       + (f"; {never} operator(s) run natively on no release: replace them" if never else ""))
     console.print(_release_table(plan))
-    if plan["blockers"]:
-        console.print(_blockers_table(plan["blockers"]))
-    for adapter in plan["adapters"]:
-        console.print(f"adapter for {adapter['library']}: {adapter['adapter']} {adapter.get('tag') or ''} - "
-                      f"{adapter['paired']}", markup=False)
+    if plan.blockers:
+        console.print(_blockers_table(plan.blockers))
+    for adapter in plan.adapters:
+        console.print(f"adapter for {adapter.library}: {adapter.adapter} {adapter.tag or ''} - "
+                      f"{adapter.paired}", markup=False)
     _print_environment(console, plan)
     console.print("install on the Ascend machine:")
-    console.print(plan["install"], markup=False, highlight=False, soft_wrap=True)
+    console.print(plan.install, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -264,55 +268,55 @@ def _ranges(runs: list) -> str:
     return ", ".join(a if a == b else f"{a} .. {b}" for a, b in runs)
 
 
-def _release_table(plan: dict):
+def _release_table(plan: PortPlan):
     from rich.table import Table
     table = Table(title="Release plan", header_style="bold")
     for col in ("", "torch_npu", "torch", "python", "CANN", "line status"):
         table.add_column(col, overflow="fold")
     table.add_column("source", ratio=2)
-    planned = plan["planned"]
-    for label, facts in (("oldest", plan["oldest"]), ("newest", plan["newest"]), ("planned", planned)):
-        cann = (facts["cann"] + (" (inferred)" if facts.get("cann_inferred") else "")) if facts.get("cann") \
-            else "unknown"
-        status = facts.get("line_status") or "-"
-        if facts.get("line_eol"):
-            status = f"EOL {facts['line_eol']}" if status == "EOL" else f"{status} (EOL {facts['line_eol']})"
-        source = facts.get("cann_source") or facts.get("cann_why") or "-"
+    planned = plan.planned
+    for label, facts in (("oldest", plan.oldest), ("newest", plan.newest), ("planned", planned)):
+        cann = (facts.cann + (" (inferred)" if facts.cann_inferred else "")) if facts.cann else "unknown"
+        status = facts.line_status or "-"
+        if facts.line_eol:
+            status = f"EOL {facts.line_eol}" if status == "EOL" else f"{status} (EOL {facts.line_eol})"
+        source = facts.cann_source or facts.cann_why or "-"
         if label == "planned":
-            source = f"{planned['why']}; CANN: {source}"
-        table.add_row(label, facts["torch_npu"], facts.get("torch") or "?", " ".join(facts.get("python") or []) or "?",
-                      cann, status, source)
+            source = f"{planned.why}; CANN: {source}"
+        table.add_row(label, facts.torch_npu, facts.torch or "?", " ".join(facts.python) or "?", cann, status,
+                      source)
     return table
 
 
-def _blockers_table(rows: list):
+def _blockers_table(rows: list[PlanBlocker]):
     from rich.table import Table
     table = Table(title="Operators that block releases ('never': on no release: replace them)", header_style="bold")
     for col in ("operator", "verdict", "first supported in", "supported in every release from", "blocked in"):
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(row["op"], "/".join(row["verdicts"]), row["first_supported_in"] or "never",
-                      row["supported_from"] or "-", _ranges(row["blocked_in"]))
+        table.add_row(row.op, "/".join(row.verdicts), row.first_supported_in or "never", row.supported_from or "-",
+                      _ranges(row.blocked_in))
     return table
 
 
-def _print_environment(console, plan: dict) -> None:
+def _print_environment(console, plan: PortPlan) -> None:
     from rich.table import Table
-    env, planned = plan["environment"], plan["planned"]
-    if env["changes"]:
-        table = Table(title=f"What must change for torch_npu {planned['torch_npu']}", header_style="bold")
+    env, planned = plan.environment, plan.planned
+    assert env is not None, "plan_for checks the environment by default"
+    if env.changes:
+        table = Table(title=f"What must change for torch_npu {planned.torch_npu}", header_style="bold")
         for col in ("where", "now", "change to"):
             table.add_column(col, overflow="fold")
         table.add_column("why", ratio=2)
-        for change in env["changes"]:
-            where = change["where"] + (f" {change['package']}" if change["where"] == "installed" else "")
-            table.add_row(where, change["from"] or "(not installed)", change["to"] or "(see why)", change["reason"])
+        for change in env.changes:
+            where = (change.where or "") + (f" {change.package}" if change.where == "installed" else "")
+            table.add_row(where, change.from_ or "(not installed)", change.to or "(see why)", change.reason)
         console.print(table)
     else:
         console.print(f"nothing in this environment or the project's requirement files needs to change for "
-                      f"torch_npu {planned['torch_npu']}")
-    if env["python_ok"] is False:
-        console.print(f"Python {env['python']} here: torch_npu {planned['torch_npu']} has wheels for Python "
-                      f"{', '.join(planned['python'])} only")
-    for note in env["notes"]:
+                      f"torch_npu {planned.torch_npu}")
+    if env.python_ok is False:
+        console.print(f"Python {env.python} here: torch_npu {planned.torch_npu} has wheels for Python "
+                      f"{', '.join(planned.python)} only")
+    for note in env.notes:
         console.print(f"note: {note}", markup=False)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from markupsafe import Markup
 
-from opscope.model import VERDICTS, MemoryFit, ScanResult, Verification
+from opscope.model import VERDICTS, MemoryFit, PortPlan, ScanResult, Verification
 from opscope.report import glossary, headline, verification_view, view
 from opscope.resources import templates_dir
 
@@ -161,8 +161,8 @@ def _memory_fit_context(fit: MemoryFit | None) -> dict | None:
     return {"line": one_line(fit), "rows": rows(fit), "chip": fit.chip, "basis": basis_text(fit)}
 
 
-def _plan_context(plan: dict | None, result: ScanResult) -> dict | None:
-    if not plan:
+def _plan_context(plan: PortPlan | None, result: ScanResult) -> dict | None:
+    if plan is None:
         return None
     from opscope.report import plan_view
     return {"summary": plan_view.summary_line(plan), "choice": plan_view.choice_line(plan),

@@ -150,7 +150,7 @@ def write_markdown(result: ScanResult, path: Path) -> Path:
 
 def _plan_lines(result: ScanResult) -> list[str]:
     """The port plan, first after the verdict: the release, what must change, the install block."""
-    if not result.plan:
+    if result.plan is None:
         return []
     from opscope.report import plan_view
     plan = result.plan

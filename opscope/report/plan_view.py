@@ -5,6 +5,8 @@ this module only words it, so the terminal, HTML, Markdown and XLSX say the same
 """
 from __future__ import annotations
 
+from opscope.model import PortPlan, ReleaseFacts
+
 CHANGE_HEADERS = ["where", "package", "now", "planned", "why"]
 
 
@@ -13,70 +15,66 @@ def ranges_text(runs: list) -> str:
     return ", ".join(a if a == b else f"{a} .. {b}" for a, b in runs or [])
 
 
-def release_text(facts: dict) -> str:
+def release_text(facts: ReleaseFacts) -> str:
     """``torch_npu 2.12.0 (torch 2.12.0, Python 3.10-3.13, CANN 9.1.0)``."""
-    python = facts.get("python") or []
+    python = facts.python
     py = f"Python {python[0]}-{python[-1]}" if len(python) > 1 else f"Python {python[0]}" if python else "Python ?"
-    cann = facts.get("cann") or "unknown"
-    if facts.get("cann") and facts.get("cann_inferred"):
+    cann = facts.cann or "unknown"
+    if facts.cann and facts.cann_inferred:
         cann += " (inferred)"
-    return f"torch_npu {facts.get('torch_npu')} (torch {facts.get('torch') or '?'}, {py}, CANN {cann})"
+    return f"torch_npu {facts.torch_npu} (torch {facts.torch or '?'}, {py}, CANN {cann})"
 
 
-def summary_line(plan: dict) -> str:
+def summary_line(plan: PortPlan) -> str:
     """One sentence: the release to install and the range of releases that run the scan."""
-    planned = plan.get("planned") or {}
-    best = ranges_text(plan.get("best_ranges") or [])
-    blockers = plan.get("blockers") or []
-    never = sum(1 for b in blockers if not b.get("first_supported_in"))
-    if plan.get("all_native"):
+    best = ranges_text(plan.best_ranges)
+    never = sum(1 for b in plan.blockers if not b.first_supported_in)
+    if plan.all_native:
         where = f"every captured operator runs without CPU fallback on torch_npu {best}"
     else:
-        where = (f"the fewest operator signatures do not run natively ({plan.get('fewest_blocking')}) on torch_npu "
+        where = (f"the fewest operator signatures do not run natively ({plan.fewest_blocking}) on torch_npu "
                  f"{best}")
         if never:
             where += f"; {never} operator(s) run natively on no release: replace them"
-        if len(blockers) > never:
-            where += f"; {len(blockers) - never} operator(s) block older releases"
-    return f"Port plan: install {release_text(planned)}; {where}."
+        if len(plan.blockers) > never:
+            where += f"; {len(plan.blockers) - never} operator(s) block older releases"
+    return f"Port plan: install {release_text(plan.planned)}; {where}."
 
 
-def choice_line(plan: dict) -> str | None:
+def choice_line(plan: PortPlan) -> str | None:
     """Why the plan installs an older release than the newest that runs as many operators natively."""
-    planned, newest = plan.get("planned") or {}, plan.get("newest") or {}
-    if not newest.get("torch_npu") or newest.get("torch_npu") == planned.get("torch_npu"):
+    planned, newest = plan.planned, plan.newest
+    if newest.torch_npu == planned.torch_npu:
         return None
-    if planned.get("why") == "asked for with --target":
-        return f"Why {planned.get('torch_npu')}: asked for with --target."
-    pairing = "only an inferred CANN pairing" if newest.get("cann") else "no CANN pairing"
-    return (f"Why {planned.get('torch_npu')}: {newest['torch_npu']} runs as many operators natively, but has "
+    if planned.why == "asked for with --target":
+        return f"Why {planned.torch_npu}: asked for with --target."
+    pairing = "only an inferred CANN pairing" if newest.cann else "no CANN pairing"
+    return (f"Why {planned.torch_npu}: {newest.torch_npu} runs as many operators natively, but has "
             f"{pairing} in Ascend's compatibility table yet.")
 
 
-def change_rows(plan: dict) -> list[list[str]]:
+def change_rows(plan: PortPlan) -> list[list[str]]:
     """What in the scanned environment and the project's requirement files must change for the plan."""
-    env = plan.get("environment") or {}
-    return [[str(c.get("where") or ""), str(c.get("package") or ""), str(c.get("from") or "not installed"),
-             str(c.get("to") or ""), str(c.get("reason") or "")] for c in env.get("changes") or []]
+    changes = plan.environment.changes if plan.environment else []
+    return [[c.where or "", c.package or "", c.from_ or "not installed", c.to or "", c.reason or ""] for c in changes]
 
 
-def blocker_rows(plan: dict) -> list[list[str]]:
+def blocker_rows(plan: PortPlan) -> list[list[str]]:
     """Each operator that blocks an older release: the first release that runs it."""
-    return [[str(b.get("op") or ""), ", ".join(b.get("verdicts") or []), str(b.get("first_supported_in") or "never"),
-             str(b.get("supported_from") or "none"), ranges_text(b.get("blocked_in") or [])]
-            for b in plan.get("blockers") or []]
+    return [[b.op, ", ".join(b.verdicts), b.first_supported_in or "never", b.supported_from or "none",
+             ranges_text(b.blocked_in)] for b in plan.blockers]
 
 
 BLOCKER_HEADERS = ["operator", "verdict where blocked", "first release that runs it", "runs in every release from",
                    "blocked in"]
 
 
-def install_text(plan: dict) -> str:
-    return str(plan.get("install") or "")
+def install_text(plan: PortPlan) -> str:
+    return plan.install or ""
 
 
-def notes(plan: dict) -> list[str]:
-    return [str(n) for n in (plan.get("environment") or {}).get("notes") or []]
+def notes(plan: PortPlan) -> list[str]:
+    return list(plan.environment.notes) if plan.environment else []
 
 
 def chip_line(result) -> str | None:

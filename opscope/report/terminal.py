@@ -264,7 +264,7 @@ class progress_bar:
 def print_plan(result: ScanResult, console: Console, run_dir: str) -> None:
     """The port plan, first after the verdict: the release to install and what must change here."""
     plan = result.plan
-    if not plan:
+    if plan is None:
         return
     from opscope.report import plan_view
     console.print(escape(plan_view.summary_line(plan)))

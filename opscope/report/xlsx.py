@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from opscope.model import VERDICTS, FakeMode, MemoryFit, ScanResult, Verification
+from opscope.model import VERDICTS, FakeMode, MemoryFit, PortPlan, ScanResult, Verification
 from opscope.report import headline, verification_view, view
 from opscope.report.cells import set_cell
 
@@ -164,7 +164,7 @@ def _add_npu_estimate(wb, result: ScanResult) -> None:
         ws.column_dimensions[column].width = width
 
 
-def _plan_rows(result: ScanResult, plan: dict) -> list[list]:
+def _plan_rows(result: ScanResult, plan: PortPlan) -> list[list]:
     """The port plan as rows: the release, why it, the chip, what must change, blockers, the install block."""
     from opscope.report import plan_view
     plan_rows = [["plan", "", "", "", plan_view.summary_line(plan)]]
@@ -276,7 +276,7 @@ def build_workbook(result: ScanResult):
     wb = Workbook()
     wb.remove(wb.active)
     _add_fixes(wb, result)
-    if result.plan:   # the port plan: the release, what must change, the install block (one line a row)
+    if result.plan is not None:   # the port plan: the release, what must change, the install block (one line a row)
         _sheet(wb, "Plan", ["kind", "where / operator", "package / verdict", "now / first release", "planned"],
                _plan_rows(result, result.plan))
     _add_npu_estimate(wb, result)

@@ -15,7 +15,8 @@ Every exact torch_npu release of the support matrix judges the scan's operators 
   CANN from ``support_matrix/release_pairs.yaml``, and the Ascend adapter release (torchvision_npu, apex) of
   each third-party library whose operators the scan recorded (``third_party.adapter_release``).
 
-Pure: no printing, no files written; ``plan_for(result)`` returns a JSON-safe dict.
+Pure: no printing, no files written.  The plan is built as JSON (the keys and order scan.json has always had)
+and returned as the typed ``model.PortPlan`` read from it, so what is stored and what reports read agree.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from opscope.analysis.plan.pairs import PAIRS_FILE, pairs
 from opscope.knowledge import load_optional
+from opscope.model import PortPlan, ScanResult
 
 BAD = ("cpu-fallback", "unsupported", "unknown")
 
@@ -195,8 +197,14 @@ def _choose(best: list[str], target: str | None) -> tuple[str, str]:
 
 
 def build_plan(operators, target: str | None = None, uses_device: bool | None = None,
+               rows: list[dict] | None = None) -> PortPlan:
+    """The release plan of a scan's operators (see the module docstring), without the environment check."""
+    return PortPlan.from_dict(_plan_json(operators, target, uses_device, rows), "$.plan")
+
+
+def _plan_json(operators, target: str | None = None, uses_device: bool | None = None,
                rows: list[dict] | None = None) -> dict:
-    """The release plan of a scan's operators (see the module docstring), JSON-safe."""
+    """``build_plan`` as the JSON object scan.json stores."""
     started = time.perf_counter()
     operators = list(operators)
     rows = rows if rows is not None else judge_releases(operators, uses_device=uses_device)
@@ -228,16 +236,15 @@ def build_plan(operators, target: str | None = None, uses_device: bool | None = 
     return plan
 
 
-def plan_for(result, target: str | None = None, environment: bool = True) -> dict:
+def plan_for(result, target: str | None = None, environment: bool = True) -> PortPlan:
     """The release plan of a ``ScanResult`` (with the environment check and the install block when
-    ``environment``): JSON-safe, for reports and ``opscope.load``."""
-    from opscope.model import ScanResult
+    ``environment``): ``ScanResult.plan``, for reports and ``opscope.load``."""
     if not isinstance(result, ScanResult):
         raise TypeError("plan_for needs a ScanResult (opscope.schema.load_scan)")
-    plan = build_plan(result.operators, target=target)
+    plan = _plan_json(result.operators, target=target)
     if environment:
         from opscope.analysis.plan.environment import environment_against
         plan["environment"] = environment_against(plan["planned"], script=result.script, cwd=result.cwd,
                                                   adapters=plan["adapters"])
         plan["install"] = plan["environment"]["install"]
-    return plan
+    return PortPlan.from_dict(plan, "$.plan")
