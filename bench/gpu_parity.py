@@ -152,8 +152,8 @@ def run_script(script: Script, work: Path, environ: dict | None = None) -> Parit
     environment that sees the GPU, default this process's)."""
     runs = {}
     for side, gpu in (("gpu", True), ("stand-in", False)):
-        run = work / f"{script.name}-{side}"
-        rc = _scan(script, run, gpu, work / f"{script.name}-{side}.log", environ)
+        run = work.resolve() / f"{script.name}-{side}"   # the scan runs in a temporary folder
+        rc = _scan(script, run, gpu, work.resolve() / f"{script.name}-{side}.log", environ)
         if not (run / "capture" / "steps.jsonl").exists():
             return Parity(script.name, 0.0, False, False, False, [], [], [],
                           error=f"{side} scan exited {rc} with no capture (see {script.name}-{side}.log)")
@@ -204,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return NO_GPU
         wanted = set(args.only.split(",")) if args.only else {s.name for s in SCRIPTS}
-        work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="opscope-parity-"))
+        unknown = wanted - {s.name for s in SCRIPTS}
+        if unknown:
+            ap.error(f"--only: no script named {', '.join(sorted(unknown))} (known: "
+                     + ", ".join(s.name for s in SCRIPTS) + ")")
+        work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp(prefix="opscope-parity-"))
         work.mkdir(parents=True, exist_ok=True)
         rows = []
         for script in SCRIPTS:

@@ -396,6 +396,21 @@ def test_a_second_signal_while_the_script_stops_still_reports_the_captured_steps
     assert _alive(str(out)) == []
 
 
+def test_a_signal_the_caller_ignores_stays_ignored(tmp_path):
+    """A scan started with SIGINT ignored (a shell's background job, ``trap '' INT``) runs on through it."""
+    out = tmp_path / "run"
+    cmd = _scan_cmd(out, 6, "--format", "", pause=0.2)
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and _lines(out / "capture" / "steps.jsonl") < 2:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=200)
+    assert proc.returncode == 0, err[-2000:]
+    assert _complete_steps(out) == [1, 2, 3, 4, 5, 6]
+
+
 def test_a_repeated_sigterm_to_a_distributed_scan_keeps_the_ranks_reports(tmp_path):
     """torchrun-style: SIGTERM twice while the ranks run.  The second arrives while they write their own reports;
     it does not cut them short: rank 0's scan.json is written, no traceback, opscope ends by SIGTERM as with one."""

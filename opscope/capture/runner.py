@@ -171,7 +171,9 @@ def _forward_termination(proc):
         stopping = True
         raise KeyboardInterrupt if signum == signal.SIGINT else _Terminated(signum)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # a signal the caller ignores (a background job's SIGINT, nohup's SIGHUP) stays ignored
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     return lambda: [signal.signal(sig, handler) for sig, handler in previous.items()]
 
 
