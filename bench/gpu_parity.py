@@ -20,7 +20,6 @@ Exit status: 0 every script met the bar; 1 a scan failed or a script missed it; 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -56,20 +55,13 @@ SCRIPTS = [
 ]
 
 
-def top_level(steps_log: Path, first: int = 2) -> dict[str, set[str]]:
-    """The top-level operator names per phase of each step from ``first`` on (the first step warms up)."""
-    from opscope.capture.run_folder import CALL_FIELDS
-    parent, phase, name = (CALL_FIELDS.index(f) for f in ("parent", "phase", "name"))
+def top_level(calls, first: int = 2) -> dict[str, set[str]]:
+    """The top-level operator names per phase of each step from ``first`` on (the first step warms up), from a
+    capture's calls (``opscope.capture.store.load_capture``: the capture's own reader)."""
     out: dict[str, set[str]] = {}
-    for line in steps_log.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:   # a line cut by a kill: the lines before it stand
-            continue
-        if record.get("step", 0) >= first:
-            for call in record.get("calls") or []:
-                if call[parent] is None:
-                    out.setdefault(call[phase], set()).add(call[name])
+    for call in calls:
+        if call.parent is None and call.step >= first:
+            out.setdefault(call.phase, set()).add(call.name)
     return out
 
 
@@ -118,18 +110,19 @@ class Parity:
         return self.error is None and self.gpu_whole and self.stand_in_whole and self.jaccard >= BAR
 
 
-def _whole(run: Path) -> bool:
-    scan = json.loads((run / "scan.json").read_text(encoding="utf-8"))
-    steps = scan.get("steps") or []
-    return bool(steps) and all(s.get("complete") and not s.get("unrecorded", {}).get("after_calls") for s in steps)
+def _whole(steps) -> bool:
+    """Every step ran to its end and was recorded whole (none cut by the capture's budget)."""
+    return bool(steps) and all(s.complete and not s.unrecorded.get("after_calls") for s in steps)
 
 
 def compare(name: str, gpu_run: Path, stand_in_run: Path) -> Parity:
     """The stand-in's top-level training operators against the GPU's, from two run folders of one script."""
-    gpu, mine = (top_level(run / "capture" / "steps.jsonl") for run in (gpu_run, stand_in_run))
+    from opscope.capture.store import load_capture
+    theirs_capture, mine_capture = load_capture(gpu_run), load_capture(stand_in_run)
+    gpu, mine = top_level(theirs_capture.calls), top_level(mine_capture.calls)
     data = gpu.get("other", set()) | mine.get("other", set())
     theirs, ours = training_ops(gpu, data), training_ops(mine, data)
-    return Parity(name, round(jaccard(theirs, ours), 3), _whole(gpu_run), _whole(stand_in_run),
+    return Parity(name, round(jaccard(theirs, ours), 3), _whole(theirs_capture.steps), _whole(mine_capture.steps),
                   optimizer_kernels(gpu) == optimizer_kernels(mine), sorted(optimizer_kernels(gpu)),
                   sorted(theirs - ours), sorted(ours - theirs))
 

@@ -20,8 +20,9 @@ SCRIPT_ONLY = {"gpt2": {"aten::dropout"}}
 parity = bench_module("gpu_parity")
 
 
-def _top_level(steps_log: Path) -> dict[str, set[str]]:
-    return parity.top_level(steps_log)
+def _top_level(run: Path) -> dict[str, set[str]]:
+    from opscope.capture.store import load_capture
+    return parity.top_level(load_capture(run).calls)
 
 
 def _training_ops(phases: dict, scan: str, data: set[str]) -> set[str]:
@@ -78,7 +79,7 @@ def _same_as_the_gpu(gpu: dict, mine: dict) -> None:
 
 def test_cnn_records_the_gpus_operators(h200, cnn_scan):
     """The bundled CNN (AMP, cuDNN batch norm on the GPU): the same operators as on the H200, SGD as foreach."""
-    mine = _top_level(cnn_scan / "capture" / "steps.jsonl")
+    mine = _top_level(cnn_scan)
     assert _optimizer_kernels(mine) == {"aten::_foreach_add", "aten::_foreach_add_", "aten::_foreach_mul_"}
     _same_as_the_gpu(h200["cnn"], mine)
 
@@ -88,7 +89,7 @@ def test_cnn_reproduces_the_shared_h200_scan(gpu, cnn_scan):
     cuDNN's batch-norm backward was recorded (a backend kernel with no public parent, then folded away), so it
     has no batch-norm backward at the top level; the stand-in's native_batch_norm_backward is one, as is the
     cudnn_batch_norm_backward of the H200 scan made since (test_cnn_records_the_gpus_operators)."""
-    mine = _top_level(cnn_scan / "capture" / "steps.jsonl")
+    mine = _top_level(cnn_scan)
     assert _optimizer_kernels(mine) == _optimizer_kernels(gpu["cnn"])
     data = gpu["cnn"].get("other", set()) | mine.get("other", set())
     theirs, ours = _training_ops(gpu["cnn"], "cnn", data), _training_ops(mine, "cnn", data)
@@ -103,7 +104,7 @@ def test_nanogpt_records_the_gpus_operators(gpu, h200, tmp_path):
                        "--quiet", "--format", "", "--", "--max_iters=10", "--compile=False", cwd=tmp_path,
                        timeout=600)
     assert (tmp_path / "capture" / "steps.jsonl").exists(), proc.stderr[-3000:]
-    mine = _top_level(tmp_path / "capture" / "steps.jsonl")
+    mine = _top_level(tmp_path)
     _same_as_the_gpu(h200["nanogpt"], mine)
     # nanoGPT asks AdamW for fused=True when device_type == 'cuda': the stand-in passes it on, and torch's
     # fused AdamW runs on the CPU too
